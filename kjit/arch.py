@@ -1,0 +1,117 @@
+"""Target architecture names: parsing, validation against the compiler, and detection.
+
+CUDA: sm_90 (real: cubin), sm_90a / sm_100f (arch- and family-specific), compute_90 (virtual:
+PTX only). HIP: gfx90a, gfx942, gfx1100 (optionally with :xnack± / :sramecc± features).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass
+
+from .errors import InvalidOptionError
+
+_CUDA_RE = re.compile(r"^(sm|compute|lto)_(\d{2,3})([af]?)$")
+_HIP_RE = re.compile(r"^gfx[0-9a-f]{3,4}(:(xnack|sramecc)[+-])*$")
+
+ENV_ARCH = "KJIT_ARCH"
+
+
+@dataclass(frozen=True)
+class Arch:
+    """A parsed target architecture."""
+
+    name: str          # as given, normalised: "sm_90a", "compute_90", "gfx90a"
+    backend: str       # "cuda" or "hip"
+    number: int = 0    # 90 for sm_90; 0 for HIP
+    suffix: str = ""   # "", "a" (arch-specific) or "f" (family)
+    virtual: bool = False
+
+    @property
+    def sm(self) -> str:
+        """The real-arch spelling (sm_90a) of a CUDA arch."""
+        return f"sm_{self.number}{self.suffix}"
+
+    @property
+    def compute(self) -> str:
+        """The virtual-arch spelling (compute_90a) of a CUDA arch."""
+        return f"compute_{self.number}{self.suffix}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def parse(arch: str | int | Arch, backend: str = "cuda") -> Arch:
+    """Parse an architecture name; InvalidOptionError names the accepted forms."""
+    if isinstance(arch, Arch):
+        return arch
+    if isinstance(arch, int):
+        arch = f"sm_{arch}"
+    if not isinstance(arch, str):
+        raise InvalidOptionError(f"arch must be a string like 'sm_90', got {arch!r}")
+    text = arch.strip().lower()
+    if backend == "hip":
+        if _HIP_RE.match(text):
+            return Arch(text, "hip")
+        raise InvalidOptionError(
+            f"arch {arch!r} is not an AMD GPU target: use a gfx name such as 'gfx90a', "
+            "'gfx942' or 'gfx1100'")
+    m = _CUDA_RE.match(text)
+    if not m:
+        raise InvalidOptionError(
+            f"arch {arch!r} is not a CUDA architecture: use sm_XY (cubin), sm_XYa / sm_XYf "
+            "(arch- or family-specific) or compute_XY (PTX), e.g. 'sm_90'")
+    kind, number, suffix = m.group(1), int(m.group(2)), m.group(3)
+    return Arch(f"{'compute' if kind != 'sm' else 'sm'}_{number}{suffix}", "cuda", number,
+                suffix, virtual=kind != "sm")
+
+
+@functools.lru_cache(maxsize=None)
+def nvrtc_supported() -> tuple[int, ...]:
+    """The SM numbers the installed NVRTC can target (nvrtcGetSupportedArchs)."""
+    from cuda.bindings import nvrtc
+    err, archs = nvrtc.nvrtcGetSupportedArchs()
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:  # pragma: no cover - NVRTC always answers
+        raise InvalidOptionError(f"nvrtcGetSupportedArchs failed: {err!r}")
+    return tuple(int(a) for a in archs)
+
+
+def check_supported(arch: Arch) -> None:
+    """Raise if the installed NVRTC cannot target `arch`; the message lists what it can."""
+    if arch.backend != "cuda":
+        return
+    supported = nvrtc_supported()
+    if arch.number not in supported:
+        listed = ", ".join(f"sm_{n}" for n in supported)
+        raise InvalidOptionError(
+            f"arch {arch.name!r} is not supported by the installed NVRTC; it supports: {listed}")
+
+
+def device_arch(ordinal: int | None = None) -> Arch | None:
+    """The compute capability of the current (or given) device as sm_XY, or None if no GPU."""
+    from . import driver
+    if not driver.available():
+        return None
+    if ordinal is None:
+        ordinal = driver.current_device()
+    major, minor = driver.compute_capability(ordinal)
+    return parse(f"sm_{major}{minor}")
+
+
+def resolve(arch: str | int | Arch | None, backend: str = "cuda") -> Arch:
+    """The architecture to compile for. None means: the current device, else $KJIT_ARCH,
+    else an error that says how to choose one. Never a silent guess."""
+    if arch is not None:
+        return parse(arch, backend)
+    if backend == "cuda":
+        found = device_arch()
+        if found is not None:
+            return found
+    env = os.environ.get(ENV_ARCH, "").strip()
+    if env:
+        return parse(env, backend)
+    example = "gfx90a" if backend == "hip" else "sm_90"
+    raise InvalidOptionError(
+        f"no architecture given and none can be detected (no {'GPU' if backend == 'cuda' else 'AMD GPU'} "
+        f"here): pass arch='{example}' (or --arch {example}), or set {ENV_ARCH}={example}")

@@ -1,0 +1,1 @@
+"""The `kjit` command line: a click group whose subcommands load on demand."""

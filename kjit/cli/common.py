@@ -1,0 +1,56 @@
+"""Options and helpers shared by the subcommands."""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import click
+
+from ..errors import KjitError
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+
+
+def emit(data: Any, as_json: bool, text: Callable[[Any], str]) -> None:
+    """Print `data` as JSON or as the text `text(data)` renders."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        click.echo(text(data))
+
+
+def fail(exc: KjitError) -> "click.ClickException":
+    """A KjitError as a click error: a message and exit code 1, no traceback."""
+    return click.ClickException(str(exc))
+
+
+def parse_defines(values: tuple[str, ...]) -> list[str]:
+    return list(values)
+
+
+def compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
+                             max_registers, relocatable, extra):
+    from ..compiler.options import CompileOptions
+    return CompileOptions(std=std, defines=list(defines), include_dirs=list(include_dirs),
+                          fast_math=fast_math, line_info=line_info, debug=debug,
+                          max_registers=max_registers, relocatable=relocatable,
+                          extra=list(extra))
+
+
+def compile_flags(fn: Callable) -> Callable:
+    """The compile options every compiling command takes."""
+    for opt in reversed([
+        click.option("-I", "--include", "include_dirs", multiple=True, type=click.Path(file_okay=False),
+                     help="Add an include directory."),
+        click.option("-D", "--define", "defines", multiple=True, help="Define a macro: NAME or NAME=VALUE."),
+        click.option("--std", type=click.Choice(["c++03", "c++11", "c++14", "c++17", "c++20"]),
+                     help="C++ dialect."),
+        click.option("--fast-math", is_flag=True, help="--use_fast_math."),
+        click.option("--line-info", is_flag=True, help="Generate line information."),
+        click.option("-G", "--debug", is_flag=True, help="Device debug information."),
+        click.option("--max-registers", type=int, help="Cap registers per thread."),
+        click.option("--relocatable", "-rdc", is_flag=True, help="Relocatable device code (for linking)."),
+        click.option("-X", "--extra", multiple=True, help="A raw compiler flag (repeatable)."),
+    ]):
+        fn = opt(fn)
+    return fn

@@ -1,0 +1,46 @@
+"""`kjit compile`: one source file to PTX, cubin or LTO-IR."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import KjitError
+from .common import compile_flags, compile_options_from_cli, emit, fail, json_option
+
+
+@click.command("compile")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False))
+@click.option("--arch", help="Target architecture (sm_90, compute_90, gfx90a); default: this GPU or $KJIT_ARCH.")
+@click.option("--emit", "target", type=click.Choice(["cubin", "ptx", "ltoir", "hsaco"]),
+              help="What to produce (default cubin; hsaco for --backend hip).")
+@click.option("--backend", type=click.Choice(["cuda", "hip"]), default="cuda", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Output file (default: SOURCE with the target's suffix).")
+@click.option("--name-expression", "name_expressions", multiple=True,
+              help="A template instantiation to compile and name, e.g. 'axpy<float>'.")
+@click.option("--no-cache", is_flag=True, help="Compile even if the cache has the result.")
+@compile_flags
+@json_option
+def compile_cmd(source, arch, target, backend, output, name_expressions, no_cache, include_dirs,
+                defines, std, fast_math, line_info, debug, max_registers, relocatable, extra,
+                as_json):
+    """Compile SOURCE with NVRTC (or hiprtc) and write the result."""
+    from ..compiler.api import compile as kjit_compile
+    src_path = Path(source)
+    try:
+        opts = compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
+                                        max_registers, relocatable, extra)
+        obj = kjit_compile(src_path.read_text(), arch=arch, target=target, options=opts,
+                           name_expressions=name_expressions, backend=backend,
+                           name=src_path.name, cache=not no_cache)
+    except KjitError as exc:
+        raise fail(exc)
+    out = Path(output) if output else src_path.with_suffix("." + obj.kind)
+    obj.save(out)
+    info = {"output": str(out), "kind": obj.kind, "arch": obj.arch, "size": len(obj.code),
+            "entry_points": list(obj.entry_points), "symbols": dict(obj.symbols),
+            "log": obj.log, "cache_hit": obj.cache_hit}
+    emit(info, as_json, lambda d: (
+        f"wrote {d['output']} ({d['kind']}, {d['arch']}, {d['size']} bytes); "
+        f"kernels: {', '.join(d['entry_points']) or '(none)'}"
+        + (f"\n{d['log'].strip()}" if d["log"].strip() else "")))

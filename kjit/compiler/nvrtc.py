@@ -1,0 +1,75 @@
+"""CUDA C++ to PTX, cubin or LTO-IR through NVRTC (cuda.bindings.nvrtc); no GPU needed."""
+from __future__ import annotations
+
+import functools
+import time
+from typing import Sequence
+
+from ..errors import CompileError, KjitError
+from .options import CompileOptions, nvrtc_flags
+
+
+@functools.lru_cache(maxsize=None)
+def version() -> tuple[int, int]:
+    from cuda.bindings import nvrtc
+    err, major, minor = nvrtc.nvrtcVersion()
+    _check(err, "nvrtcVersion")
+    return int(major), int(minor)
+
+
+def _check(err, what: str) -> None:
+    from cuda.bindings import nvrtc
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        _, text = nvrtc.nvrtcGetErrorString(err)
+        raise KjitError(f"{what} failed: {text.decode() if isinstance(text, bytes) else text}")
+
+
+def _read(prog, size_fn, get_fn, what: str) -> bytes:
+    err, size = size_fn(prog)
+    _check(err, what)
+    buf = b" " * size
+    (err,) = get_fn(prog, buf)
+    _check(err, what)
+    return buf
+
+
+def compile_source(source: str, *, name: str, arch: str, target: str, options: CompileOptions,
+                   name_expressions: Sequence[str] = ()) -> tuple[bytes, str, dict[str, str], float]:
+    """Compile with NVRTC. Returns (code, log, lowered names, milliseconds)."""
+    from cuda.bindings import nvrtc
+
+    flags = nvrtc_flags(options, arch, target)
+    headers = options.headers
+    t0 = time.perf_counter()
+    err, prog = nvrtc.nvrtcCreateProgram(
+        source.encode(), name.encode(), len(headers),
+        [h.encode() for h in headers.values()], [k.encode() for k in headers])
+    _check(err, "nvrtcCreateProgram")
+    try:
+        for expr in name_expressions:
+            (err,) = nvrtc.nvrtcAddNameExpression(prog, expr.encode())
+            _check(err, f"nvrtcAddNameExpression({expr!r})")
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
+        log = _read(prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log")
+        log_text = log.rstrip(b"\0").decode("utf-8", "replace")
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            _, text = nvrtc.nvrtcGetErrorString(result)
+            raise CompileError(
+                f"NVRTC could not compile {name} for {arch} ({text.decode()})",
+                log=log_text, options=flags, source=source, name=name, compiler="NVRTC")
+        getters = {
+            "ptx": (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX),
+            "cubin": (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN),
+            "ltoir": (nvrtc.nvrtcGetLTOIRSize, nvrtc.nvrtcGetLTOIR),
+        }[target]
+        code = _read(prog, *getters, target)
+        if target == "ptx":
+            code = code.rstrip(b"\0")
+        symbols = {}
+        for expr in name_expressions:
+            err, lowered = nvrtc.nvrtcGetLoweredName(prog, expr.encode())
+            _check(err, f"nvrtcGetLoweredName({expr!r})")
+            symbols[expr] = lowered.decode()
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return code, log_text, symbols, (time.perf_counter() - t0) * 1e3

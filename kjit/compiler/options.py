@@ -1,0 +1,140 @@
+"""CompileOptions: one validated dataclass, turned into backend flags in one function each."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..errors import InvalidOptionError
+
+CUDA_STDS = ("c++03", "c++11", "c++14", "c++17", "c++20")
+HIP_STDS = ("c++11", "c++14", "c++17", "c++20")
+TARGETS = ("ptx", "cubin", "ltoir")
+HIP_TARGETS = ("hsaco",)
+
+# Flags that kjit sets itself from other arguments; passing them through `extra` would make
+# the result disagree with what kjit records about it.
+_RESERVED_FLAGS = ("-arch", "--gpu-architecture", "--offload-arch", "-dlto", "--dlto",
+                   "-rdc", "--relocatable-device-code", "-std", "--std", "-lto")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Options for kjit.compile, validated on construction.
+
+    std: C++ dialect ("c++17"); defines: macros, a mapping (NAME -> value or None) or a
+    sequence of "NAME" / "NAME=value"; include_dirs: directories searched for #include;
+    headers: in-memory headers, include name -> text; fast_math; line_info; debug (-G);
+    max_registers; relocatable (-rdc, for linking); extra: raw compiler flags.
+    """
+
+    std: str | None = None
+    defines: Mapping[str, str | None] | Sequence[str] = field(default_factory=dict)
+    include_dirs: Sequence[str | os.PathLike[str]] = ()
+    headers: Mapping[str, str] = field(default_factory=dict)
+    fast_math: bool = False
+    line_info: bool = False
+    debug: bool = False
+    max_registers: int | None = None
+    relocatable: bool = False
+    extra: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
+        if self.std is not None and self.std not in CUDA_STDS:
+            raise InvalidOptionError(f"std={self.std!r} is not one of {', '.join(CUDA_STDS)}")
+        set_("defines", _normalise_defines(self.defines))
+        if isinstance(self.include_dirs, (str, os.PathLike)):
+            raise InvalidOptionError("include_dirs must be a list of directories, not one string")
+        dirs = []
+        for d in self.include_dirs:
+            p = Path(d)
+            if not p.is_dir():
+                raise InvalidOptionError(f"include directory {str(d)!r} does not exist")
+            dirs.append(str(p.resolve()))
+        set_("include_dirs", tuple(dirs))
+        if not isinstance(self.headers, Mapping):
+            raise InvalidOptionError("headers must be a mapping of include name -> header text")
+        for k, v in self.headers.items():
+            if not isinstance(k, str) or not isinstance(v, (str, bytes)):
+                raise InvalidOptionError(f"header {k!r}: names and contents must be strings")
+        set_("headers", dict(sorted((k, v.decode() if isinstance(v, bytes) else v)
+                                    for k, v in self.headers.items())))
+        for flag in ("fast_math", "line_info", "debug", "relocatable"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidOptionError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+        if self.max_registers is not None:
+            if isinstance(self.max_registers, bool) or not isinstance(self.max_registers, int) \
+                    or not 1 <= self.max_registers <= 255:
+                raise InvalidOptionError(
+                    f"max_registers must be an int in 1..255, got {self.max_registers!r}")
+        if isinstance(self.extra, str):
+            raise InvalidOptionError("extra must be a list of flags, e.g. ['--use_fast_math']")
+        extra = tuple(str(x) for x in self.extra)
+        for flag in extra:
+            if flag.split("=", 1)[0] in _RESERVED_FLAGS:
+                raise InvalidOptionError(
+                    f"extra flag {flag!r} is set by kjit itself: use the arch/target arguments "
+                    "or the matching CompileOptions field")
+        set_("extra", extra)
+
+    def replace(self, **changes: Any) -> "CompileOptions":
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return CompileOptions(**values)
+
+    def describe(self) -> dict[str, Any]:
+        """A canonical JSON-able description (for cache keys and `kjit cache show`)."""
+        return {
+            "std": self.std, "defines": [list(kv) for kv in self.defines],
+            "include_dirs": list(self.include_dirs), "headers": sorted(self.headers),
+            "fast_math": self.fast_math, "line_info": self.line_info, "debug": self.debug,
+            "max_registers": self.max_registers, "relocatable": self.relocatable,
+            "extra": list(self.extra),
+        }
+
+
+def _normalise_defines(defines: Any) -> tuple[tuple[str, str | None], ...]:
+    items: list[tuple[str, str | None]] = []
+    if isinstance(defines, Mapping):
+        for k, v in defines.items():
+            items.append((str(k), None if v is None else str(v)))
+    elif isinstance(defines, str):
+        raise InvalidOptionError("defines must be a mapping or a list of 'NAME[=value]' strings")
+    else:
+        for d in defines:
+            if isinstance(d, (tuple, list)) and len(d) == 2:
+                items.append((str(d[0]), None if d[1] is None else str(d[1])))
+                continue
+            name, eq, value = str(d).partition("=")
+            items.append((name, value if eq else None))
+    for name, _ in items:
+        if not name or not (name[0].isalpha() or name[0] == "_") or \
+                not name.replace("_", "a").isalnum():
+            raise InvalidOptionError(f"define name {name!r} is not a valid macro name")
+    return tuple(items)
+
+
+def nvrtc_flags(opts: CompileOptions, arch: str, target: str) -> list[str]:
+    """The NVRTC command line for these options; the one place CompileOptions become flags."""
+    flags = [f"--gpu-architecture={arch}"]
+    if target == "ltoir":
+        flags.append("-dlto")
+    if opts.relocatable:
+        flags.append("--relocatable-device-code=true")
+    if opts.std:
+        flags.append(f"--std={opts.std}")
+    for name, value in opts.defines:
+        flags.append(f"-D{name}" if value is None else f"-D{name}={value}")
+    flags += [f"-I{d}" for d in opts.include_dirs]
+    if opts.fast_math:
+        flags.append("--use_fast_math")
+    if opts.line_info:
+        flags.append("--generate-line-info")
+    if opts.debug:
+        flags.append("--device-debug")
+    if opts.max_registers is not None:
+        flags.append(f"--maxrregcount={opts.max_registers}")
+    flags += list(opts.extra)
+    return flags

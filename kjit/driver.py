@@ -1,0 +1,174 @@
+"""The one checked way to call the CUDA driver.
+
+Nothing here runs at import: the bindings' driver module is imported and cuInit is called
+on first use. Every call goes through `call`, which turns a non-success CUresult into a
+DriverError with all three names, and a missing libcuda into CudaUnavailableError.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from .errors import CudaUnavailableError, DriverError
+
+_lock = threading.Lock()
+_initialized = False
+_unavailable: CudaUnavailableError | None = None
+_tls = threading.local()
+
+
+def bindings():
+    """cuda.bindings.driver, imported on first use (it costs nothing until then)."""
+    from cuda.bindings import driver
+    return driver
+
+
+def _name_and_text(drv, err) -> tuple[str, str]:
+    try:
+        name = err.name
+    except AttributeError:
+        name = f"CUDA_ERROR_{int(err)}"
+    try:
+        res, text = drv.cuGetErrorString(err)
+        text = text.decode() if isinstance(text, bytes) else str(text)
+    except Exception:  # the driver may be unable to describe errors (e.g. deinitialized)
+        text = ""
+    return name, text
+
+
+def raise_for(err, what: str, hint: str = "") -> None:
+    """Raise the DriverError for a non-success CUresult."""
+    drv = bindings()
+    name, text = _name_and_text(drv, err)
+    raise DriverError(int(err), name, call=what, description=text, hint=hint)
+
+
+def init() -> None:
+    """cuInit once per process; CudaUnavailableError (remembered) when there is no driver."""
+    global _initialized, _unavailable
+    if _initialized:
+        return
+    with _lock:
+        if _initialized:
+            return
+        if _unavailable is not None:
+            raise _unavailable
+        try:
+            drv = bindings()
+            (err,) = drv.cuInit(0)
+        except Exception as exc:  # DynamicLibNotFoundError, OSError, RuntimeError from the loader
+            _unavailable = CudaUnavailableError(
+                "no CUDA driver found (libcuda.so could not be loaded): kjit can compile, link "
+                "with nvJitLink and build fatbins here, but loading and launching need a machine "
+                f"with an NVIDIA GPU and driver [{type(exc).__name__}]")
+            raise _unavailable from None
+        if err != drv.CUresult.CUDA_SUCCESS:
+            name, text = _name_and_text(drv, err)
+            _unavailable = CudaUnavailableError(
+                f"the CUDA driver is present but cuInit failed: {name}: {text}. "
+                "Check that a GPU is visible (nvidia-smi, CUDA_VISIBLE_DEVICES).")
+            raise _unavailable
+        _initialized = True
+
+
+def available() -> bool:
+    """True if a driver and at least one device exist. Never raises."""
+    try:
+        init()
+        return device_count() > 0
+    except Exception:
+        return False
+
+
+def call(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call a cuda.bindings driver function, check its result, return its outputs.
+
+    Returns None, the single output, or a tuple of outputs.
+    """
+    init()
+    res = fn(*args)
+    err = res[0]
+    if err:  # CUresult is an int enum; CUDA_SUCCESS == 0
+        raise_for(err, getattr(fn, "__name__", str(fn)))
+    if len(res) == 1:
+        return None
+    if len(res) == 2:
+        return res[1]
+    return res[1:]
+
+
+def driver_version() -> int:
+    """cuDriverGetVersion: 13000 for CUDA 13.0."""
+    return call(bindings().cuDriverGetVersion)
+
+
+def device_count() -> int:
+    return call(bindings().cuDeviceGetCount)
+
+
+def compute_capability(ordinal: int = 0) -> tuple[int, int]:
+    drv = bindings()
+    dev = call(drv.cuDeviceGet, ordinal)
+    attr = drv.CUdevice_attribute
+    major = call(drv.cuDeviceGetAttribute, attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+    minor = call(drv.cuDeviceGetAttribute, attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+    return int(major), int(minor)
+
+
+# --- contexts -----------------------------------------------------------------------
+# The primary context of each device is retained once per process and made current in a
+# thread on demand, so work started from any thread finds a context.
+
+_primary: dict[int, Any] = {}
+
+
+def primary_context(ordinal: int) -> Any:
+    """The retained primary context of device `ordinal` (retained once per process)."""
+    ctx = _primary.get(ordinal)
+    if ctx is not None:
+        return ctx
+    with _lock:
+        ctx = _primary.get(ordinal)
+        if ctx is None:
+            init()
+            drv = bindings()
+            count = device_count()
+            if not 0 <= ordinal < count:
+                raise CudaUnavailableError(
+                    f"device {ordinal} does not exist: this machine has {count} CUDA device(s)")
+            dev = call(drv.cuDeviceGet, ordinal)
+            ctx = call(drv.cuDevicePrimaryCtxRetain, dev)
+            _primary[ordinal] = ctx
+    return ctx
+
+
+def current_context() -> Any | None:
+    """The context current in this thread, or None."""
+    ctx = call(bindings().cuCtxGetCurrent)
+    return ctx if int(ctx) else None
+
+
+def current_device() -> int:
+    """The device of the current context; device 0's primary context is made current if none is."""
+    ensure_context()
+    return int(call(bindings().cuCtxGetDevice))
+
+
+def ensure_context() -> Any:
+    """Make sure this thread has a current context; return it.
+
+    A thread with no current context gets the primary context of the device the user chose
+    with kjit.Device (default 0).
+    """
+    ctx = current_context()
+    if ctx is None:
+        ctx = primary_context(getattr(_tls, "default_device", 0))
+        call(bindings().cuCtxSetCurrent, ctx)
+    return ctx
+
+
+def set_default_device(ordinal: int) -> int:
+    """Set this thread's default device; return the previous one."""
+    prev = getattr(_tls, "default_device", 0)
+    _tls.default_device = ordinal
+    return prev

@@ -1,0 +1,65 @@
+"""Shared fixtures. GPU tests carry @pytest.mark.gpu and skip, with the reason, where no
+CUDA driver or device exists."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+SAXPY = r'''
+extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+'''
+
+TEMPLATE = r'''
+template <typename T>
+__global__ void axpy(T a, const T* x, T* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+'''
+
+
+def _gpu_reason() -> str | None:
+    from kjit import driver
+    try:
+        driver.init()
+    except Exception as exc:
+        return f"no CUDA driver: {str(exc).splitlines()[0]}"
+    try:
+        if driver.device_count() == 0:
+            return "CUDA driver present but no device"
+    except Exception as exc:
+        return f"no CUDA device: {exc}"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [i for i in items if "gpu" in i.keywords]
+    if not gpu_items:
+        return
+    reason = _gpu_reason()
+    if reason:
+        skip = pytest.mark.skip(reason=reason)
+        for item in gpu_items:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own cache directory, so tests never see each other's entries."""
+    monkeypatch.setenv("KJIT_CACHE_DIR", str(tmp_path_factory.mktemp("kjit-cache")))
+    monkeypatch.delenv("KJIT_ARCH", raising=False)
+    yield
+
+
+@pytest.fixture
+def saxpy_src() -> str:
+    return SAXPY
+
+
+@pytest.fixture
+def template_src() -> str:
+    return TEMPLATE
