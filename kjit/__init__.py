@@ -23,7 +23,7 @@ _LAZY = {
     "LinkResult": "kjit.linker",
     "load": "kjit.runtime.module",
     "Module": "kjit.runtime.module",
-    "JitOptions": "kjit.runtime.jit_options",
+    "JitOptions": "kjit.jit_options",
     "Kernel": "kjit.runtime.kernel",
     "LaunchConfig": "kjit.runtime.kernel",
     "Device": "kjit.runtime.context",
@@ -73,7 +73,7 @@ if TYPE_CHECKING:  # static checkers see the real names
     from .linker import LinkOptions, LinkResult, link
     from .objectcode import ObjectCode
     from .runtime.context import Context, Device, synchronize
-    from .runtime.jit_options import JitOptions
+    from .jit_options import JitOptions
     from .runtime.kernel import Kernel, LaunchConfig, cdiv
     from .runtime.memory import DeviceArray, In, InOut, Out, empty, to_device, zeros
     from .runtime.module import Module, load
