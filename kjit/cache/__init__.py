@@ -1,0 +1,22 @@
+"""kjit.cache: compile and link results by exact content hash, on disk and in memory.
+
+Interface for the rest of kjit: get_or_create(namespace, key, create) and digest(obj).
+For users: path(), ls(), show(key), stats(), clear(), prune(), verify(), export(file),
+import_(file), add_listener(fn). Environment: KJIT_CACHE_DIR, KJIT_CACHE=0, KJIT_CACHE_SIZE
+(default 1G, LRU), KJIT_CACHE_MEMORY_SIZE (default 256M), KJIT_CACHE_SAVE_SOURCE=1.
+"""
+from __future__ import annotations
+
+from .core import digest, enabled_by_env, get_or_create
+from .entry import CorruptEntry
+from .events import CacheEvent, add_listener, remove_listener
+from .key import KEY_ENV_VARS, SCHEMA_VERSION, key_hash
+from .ops import clear, export, import_, ls, path, prune, show, stats, verify
+from .store import CacheWarning, cache_dir
+
+import_from = import_  # readable alias: kjit.cache.import_from("cluster-cache.zip")
+
+__all__ = ["get_or_create", "digest", "key_hash", "add_listener", "remove_listener", "CacheEvent",
+           "CacheWarning", "CorruptEntry", "cache_dir", "path", "ls", "show", "stats", "clear",
+           "prune", "verify", "export", "import_", "import_from", "enabled_by_env",
+           "KEY_ENV_VARS", "SCHEMA_VERSION"]

@@ -1,0 +1,214 @@
+"""get_or_create: memory layer, then the checked disk entry, then create under a per-key lock."""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from . import events
+from .entry import CorruptEntry
+from .key import key_hash, sha256
+from .memory import MemoryLayer
+from .store import ENV_DIR, CacheWarning, DiskStore, Unavailable, cache_dir
+from ..objectcode import ObjectCode
+
+ENV_ENABLE = "KJIT_CACHE"
+ENV_SAVE_SOURCE = "KJIT_CACHE_SAVE_SOURCE"
+
+
+class Cache:
+    """One cache directory as this process sees it: memory layer + disk store."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.disk: DiskStore | None = DiskStore(path)
+        self.memory = MemoryLayer()
+        self.pending_hits: dict[str, int] = {}  # memory hits not yet counted on disk
+        self.session = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "corrupt": 0}
+        self._warned: set[str] = set()
+
+    def warn_once(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(message, CacheWarning, stacklevel=4)
+
+    def unusable(self, exc: Exception, namespace: str, key: str, label: str) -> None:
+        """The disk cannot be used: one warning, then memory-only for this directory."""
+        self.disk = None
+        self.warn_once("unavailable",
+                       f"kjit cache directory {self.path} cannot be used ({exc}); caching in memory "
+                       f"only for this process. Set {ENV_DIR} to a writable directory, or "
+                       f"{ENV_ENABLE}=0 to silence this.")
+        if events.active():
+            events.emit(events.CacheEvent(events.UNAVAILABLE, namespace, key, label, detail=str(exc)))
+
+    def flush_hits(self) -> None:
+        if self.pending_hits and self.disk is not None:
+            counts, self.pending_hits = self.pending_hits, {}
+            try:
+                self.disk.record_hits(counts)
+            except Exception:  # counters are best effort
+                pass
+
+
+_caches: dict[str, Cache] = {}
+
+
+def current() -> Cache:
+    """The Cache for the current $KJIT_CACHE_DIR (tests and users may change it at run time)."""
+    env = os.environ.get(ENV_DIR, "")
+    c = _caches.get(env)
+    if c is None:
+        c = _caches[env] = Cache(cache_dir())
+    return c
+
+
+@atexit.register
+def _flush_all() -> None:
+    for c in list(_caches.values()):
+        c.flush_hits()
+
+
+def enabled_by_env() -> bool:
+    return os.environ.get(ENV_ENABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def digest(obj: ObjectCode) -> str:
+    """sha256 hex over kind, arch and code: identifies a link input by content."""
+    h = hashlib.sha256()
+    h.update(f"{obj.kind}\0{obj.arch or ''}\0".encode())
+    h.update(obj.code)
+    return h.hexdigest()
+
+
+def get_or_create(namespace: str, key: Mapping[str, Any], create: Callable[[], ObjectCode], *,
+                  enabled: bool = True, label: str = "",
+                  meta: Mapping[str, Any] | None = None) -> ObjectCode:
+    """The cached ObjectCode for (namespace, key), else `create()` stored under it.
+
+    key: a JSON-able description of everything that determines the result. The result's
+    `cache_hit` is True (memory or disk), False (created now) or None (caching off:
+    enabled=False or KJIT_CACHE=0). `meta` adds JSON metadata shown by `kjit cache show`
+    (a "source" item is kept only with KJIT_CACHE_SAVE_SOURCE=1; its digest always).
+    """
+    if not enabled or not enabled_by_env():
+        return bypass(namespace, create, label)
+    return lookup_hashed(key_hash(namespace, key), namespace, create, label=label,
+                         meta=dict(meta or {}, key=key))
+
+
+def bypass(namespace: str, create: Callable[[], ObjectCode], label: str = "") -> ObjectCode:
+    t0 = time.perf_counter()
+    obj = create().with_(cache_hit=None)
+    if events.active():
+        dt = time.perf_counter() - t0
+        events.emit(events.CacheEvent(events.BYPASS, namespace, "", label, dt, dt, size=len(obj.code)))
+    return obj
+
+
+def lookup_hashed(k: str, namespace: str, create: Callable[[], ObjectCode], *, label: str = "",
+                  meta: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
+                  t0: float | None = None) -> ObjectCode:
+    """get_or_create with the key already hashed (kjit.compile memoises the hash)."""
+    if t0 is None:
+        t0 = time.perf_counter()
+    c = current()
+    obj = c.memory.get(k)
+    if obj is not None:
+        c.session["memory_hits"] += 1
+        c.pending_hits[k] = c.pending_hits.get(k, 0) + 1
+        if events.active():
+            events.emit(events.CacheEvent(events.MEMORY_HIT, namespace, k, label,
+                                          time.perf_counter() - t0, size=len(obj.code)))
+        return obj
+
+    disk = c.disk
+    if disk is not None:
+        try:
+            found = _read(c, disk, k, namespace, label)
+            if found is not None:
+                return _hit(c, k, found, namespace, label, t0, 0.0)
+            with disk.lock(k) as waited:
+                found = _read(c, disk, k, namespace, label)
+                if found is not None:  # another process created it while we waited
+                    return _hit(c, k, found, namespace, label, t0, waited)
+                return _create(c, disk, k, namespace, create, label, meta, t0, waited)
+        except Unavailable as exc:
+            c.unusable(exc, namespace, k, label)
+    return _create(c, None, k, namespace, create, label, meta, t0, 0.0)
+
+
+def _read(c: Cache, disk: DiskStore, k: str, namespace: str, label: str) -> ObjectCode | None:
+    try:
+        got = disk.get(k)
+    except CorruptEntry as exc:
+        disk.delete(k)
+        c.session["corrupt"] += 1
+        c.warn_once("corrupt:" + k,
+                    f"kjit cache entry {k[:16]}… ({label or namespace}) was corrupt ({exc}); "
+                    f"dropped it and will rebuild it")
+        if events.active():
+            events.emit(events.CacheEvent(events.CORRUPT, namespace, k, label, detail=str(exc)))
+        return None
+    return None if got is None else got[0]
+
+
+def _hit(c: Cache, k: str, obj: ObjectCode, namespace: str, label: str, t0: float,
+         waited: float) -> ObjectCode:
+    c.memory.put(k, obj)
+    c.session["disk_hits"] += 1
+    c.pending_hits[k] = c.pending_hits.get(k, 0) + 1
+    c.flush_hits()
+    if events.active():
+        events.emit(events.CacheEvent(events.DISK_HIT, namespace, k, label, time.perf_counter() - t0,
+                                      wait_s=waited, size=len(obj.code)))
+    return obj
+
+
+def _create(c: Cache, disk: DiskStore | None, k: str, namespace: str,
+            create: Callable[[], ObjectCode], label: str, meta: Any, t0: float,
+            waited: float) -> ObjectCode:
+    t1 = time.perf_counter()
+    obj = create()
+    create_s = time.perf_counter() - t1
+    if not isinstance(obj, ObjectCode):
+        raise TypeError(f"cache create() for {namespace!r} returned {type(obj).__name__}, not ObjectCode")
+    c.session["misses"] += 1
+    stored = obj.with_(cache_hit=True)
+    c.memory.put(k, stored)
+    if disk is not None:
+        try:
+            disk.put(k, stored, _entry_meta(obj, namespace, label, meta, create_s))
+            disk.record_miss()
+        except Unavailable as exc:
+            c.unusable(exc, namespace, k, label)
+    if events.active():
+        events.emit(events.CacheEvent(events.MISS, namespace, k, label, time.perf_counter() - t0,
+                                      create_s, waited, size=len(obj.code)))
+    return obj.with_(cache_hit=False)
+
+
+def _entry_meta(obj: ObjectCode, namespace: str, label: str, meta: Any, create_s: float) -> dict[str, Any]:
+    extra = dict((meta() if callable(meta) else meta) or {})
+    source = extra.pop("source", None)
+    try:
+        kernels = list(obj.entry_points)
+    except Exception:
+        kernels = []
+    out: dict[str, Any] = {
+        "namespace": namespace, "label": label or obj.name, "kind": obj.kind, "arch": obj.arch,
+        "size": len(obj.code), "kernels": kernels, "symbols": dict(obj.symbols),
+        "name": obj.name, "created": time.time(), "create_ms": round(create_s * 1e3, 3),
+        "compiler": obj.metadata.get("compiler"), "options": obj.metadata.get("options"),
+        "log_size": len(obj.log),
+    }
+    if source is not None:
+        out["source_sha256"] = sha256(source)
+        if os.environ.get(ENV_SAVE_SOURCE, "") in ("1", "true", "yes", "on"):
+            out["source"] = source
+    out.update(extra)
+    return out

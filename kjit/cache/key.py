@@ -1,0 +1,72 @@
+"""Cache keys: a sha256 over a canonical JSON description of everything that can change a result."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from typing import Any, Mapping
+
+# Bump when the entry format or the meaning of a key ingredient changes: old entries then miss.
+SCHEMA_VERSION = 1
+
+# Environment variables that change what a compiler or linker produces. NVRTC and nvJitLink
+# read none that are documented; hiprtc appends options from HIPRTC_COMPILE_OPTIONS_APPEND and
+# finds its device libraries and headers through ROCM_PATH / HIP_PATH / HIP_CLANG_PATH /
+# HIP_DEVICE_LIB_PATH; HIPCC_COMPILE_FLAGS_APPEND and HIP_PLATFORM steer the HIP toolchain;
+# CUDA_HOME / CUDA_PATH decide which CUDA headers a compile may find on disk.
+KEY_ENV_VARS = (
+    "CUDA_HOME", "CUDA_PATH",
+    "HIPRTC_COMPILE_OPTIONS_APPEND", "HIPRTC_LINK_OPTIONS_APPEND", "HIPCC_COMPILE_FLAGS_APPEND",
+    "HIP_PATH", "HIP_CLANG_PATH", "HIP_DEVICE_LIB_PATH", "HIP_PLATFORM", "ROCM_PATH",
+)
+
+
+def canonical(obj: Any) -> bytes:
+    """One byte string per meaning: sorted keys, no whitespace, no NaN."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode()
+
+
+def key_hash(namespace: str, key: Mapping[str, Any]) -> str:
+    """The cache key (sha256 hex) for `key` in `namespace` under this schema version."""
+    try:
+        text = canonical({"schema": SCHEMA_VERSION, "namespace": namespace, "key": key})
+    except (TypeError, ValueError) as exc:
+        from ..errors import InvalidOptionError
+        raise InvalidOptionError(f"cache key for {namespace!r} is not plain JSON data: {exc}") from None
+    return hashlib.sha256(text).hexdigest()
+
+
+def sha256(data: bytes | str) -> str:
+    if isinstance(data, str):
+        data = data.encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def env_fingerprint() -> dict[str, str]:
+    """The key-relevant environment variables that are set (see KEY_ENV_VARS)."""
+    env = os.environ
+    return {name: env[name] for name in KEY_ENV_VARS if name in env}
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_identity(backend: str) -> str:
+    """The compiler as precisely as we can name it: API version plus the wheel's full version,
+    so a patch release (same major.minor, different code) misses too."""
+    from importlib import metadata
+    if backend == "hip":
+        from ..compiler import hiprtc
+        return "hiprtc " + ".".join(map(str, hiprtc.version()))
+    if backend == "nvjitlink":
+        from cuda.bindings import nvjitlink
+        text, dist = "nvjitlink " + ".".join(map(str, nvjitlink.version())), "nvidia-nvjitlink"
+    else:
+        from ..compiler import nvrtc
+        text, dist = "nvrtc " + ".".join(map(str, nvrtc.version())), "nvidia-cuda-nvrtc"
+    for name in (dist, dist + "-cu13", dist + "-cu12"):
+        try:
+            return f"{text} ({name} {metadata.version(name)})"
+        except metadata.PackageNotFoundError:
+            continue
+    return text
