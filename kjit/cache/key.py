@@ -10,16 +10,19 @@ from typing import Any, Mapping
 # Bump when the entry format or the meaning of a key ingredient changes: old entries then miss.
 SCHEMA_VERSION = 1
 
-# Environment variables that change what a compiler or linker produces. NVRTC and nvJitLink
-# read none that are documented; hiprtc appends options from HIPRTC_COMPILE_OPTIONS_APPEND and
-# finds its device libraries and headers through ROCM_PATH / HIP_PATH / HIP_CLANG_PATH /
-# HIP_DEVICE_LIB_PATH; HIPCC_COMPILE_FLAGS_APPEND and HIP_PLATFORM steer the HIP toolchain;
-# CUDA_HOME / CUDA_PATH decide which CUDA headers a compile may find on disk.
-KEY_ENV_VARS = (
-    "CUDA_HOME", "CUDA_PATH",
-    "HIPRTC_COMPILE_OPTIONS_APPEND", "HIPRTC_LINK_OPTIONS_APPEND", "HIPCC_COMPILE_FLAGS_APPEND",
-    "HIP_PATH", "HIP_CLANG_PATH", "HIP_DEVICE_LIB_PATH", "HIP_PLATFORM", "ROCM_PATH",
-)
+# Environment variables that can change what a compiler or linker produces, per backend.
+# NVRTC 13.5 reads NVRTC_DISABLE_PCH, NVRTC_PCH_HEAP_SIZE, NVRTC_DISABLE_CONCURRENT_NVVM,
+# LIBNVVM_DISABLE_CONCURRENT_API and CUDA_CACHE_DISABLE (found in libnvrtc's strings): they
+# change speed, not output, so they are not keyed. NVVM_IR_VER_CHK (read by NVRTC and
+# nvJitLink) changes which LTO-IR is accepted: keyed. hiprtc appends flags from
+# HIPRTC_COMPILE_OPTIONS_APPEND / HIPRTC_LINK_OPTIONS_APPEND and finds device libraries and
+# headers through ROCM_PATH / HIP_PATH / HIP_CLANG_PATH / HIP_DEVICE_LIB_PATH: keyed.
+KEY_ENV_VARS: dict[str, tuple[str, ...]] = {
+    "cuda": ("NVVM_IR_VER_CHK",),
+    "nvjitlink": ("NVVM_IR_VER_CHK",),
+    "hip": ("HIPRTC_COMPILE_OPTIONS_APPEND", "HIPRTC_LINK_OPTIONS_APPEND", "HIP_PATH",
+            "HIP_CLANG_PATH", "HIP_DEVICE_LIB_PATH", "HIP_PLATFORM", "ROCM_PATH"),
+}
 
 
 def canonical(obj: Any) -> bytes:
@@ -44,10 +47,10 @@ def sha256(data: bytes | str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def env_fingerprint() -> dict[str, str]:
-    """The key-relevant environment variables that are set (see KEY_ENV_VARS)."""
+def env_fingerprint(backend: str) -> dict[str, str]:
+    """The environment variables that can change `backend`'s output and are set."""
     env = os.environ
-    return {name: env[name] for name in KEY_ENV_VARS if name in env}
+    return {name: env[name] for name in KEY_ENV_VARS.get(backend, ()) if name in env}
 
 
 @functools.lru_cache(maxsize=None)

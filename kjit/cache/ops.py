@@ -57,10 +57,8 @@ def ls(*, kernel: str | None = None, arch: str | None = None, sort: str = "last_
         m.pop("source", None)
         rows.append(m)
     descending = sort in ("created", "last_used", "size", "hits")
-    rows.sort(key=lambda r: (r.get(sort) is None, r.get(sort) or 0 if descending else str(r.get(sort) or "")),
-              reverse=False)
-    if descending:
-        rows.sort(key=lambda r: r.get(sort) or 0, reverse=True)
+    rows.sort(key=lambda r: (r.get(sort) or 0) if descending else str(r.get(sort) or ""),
+              reverse=descending)
     if reverse:
         rows.reverse()
     return rows[:limit] if limit else rows

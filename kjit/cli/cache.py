@@ -1,0 +1,205 @@
+"""`kjit cache`: see into and manage the compile/link cache."""
+from __future__ import annotations
+
+import datetime as dt
+
+import click
+
+from .common import emit, fail, json_option
+from ..errors import KjitError
+
+
+def _when(ts) -> str:
+    if not ts:
+        return "-"
+    return dt.datetime.fromtimestamp(float(ts)).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _size(n) -> str:
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _api():
+    from .. import cache
+    return cache
+
+
+@click.group("cache")
+def cache_group() -> None:
+    """Inspect and manage the kjit cache (compiled and linked code by content hash)."""
+
+
+@cache_group.command("path")
+@json_option
+def path_cmd(as_json: bool) -> None:
+    """Print the cache directory."""
+    emit({"path": str(_api().path())}, as_json, lambda d: d["path"])
+
+
+@cache_group.command("ls")
+@click.option("--kernel", "-k", help="Only entries with a kernel or name expression containing this.")
+@click.option("--arch", "-a", help="Only entries for this architecture (e.g. sm_90).")
+@click.option("--sort", "-s", default="last_used", show_default=True,
+              type=click.Choice(["created", "last_used", "size", "hits", "name", "arch", "kind"]))
+@click.option("--reverse", "-r", is_flag=True, help="Reverse the order.")
+@click.option("--limit", "-n", type=int, help="Show at most this many.")
+@json_option
+def ls_cmd(kernel, arch, sort, reverse, limit, as_json: bool) -> None:
+    """List entries: key, kind, arch, size, hits, last use, kernels."""
+    try:
+        rows = _api().ls(kernel=kernel, arch=arch, sort=sort, reverse=reverse, limit=limit)
+    except KjitError as exc:
+        raise fail(exc)
+
+    def text(rows):
+        if not rows:
+            return "(no entries)"
+        lines = [f"{'KEY':16}  {'KIND':6} {'ARCH':11} {'SIZE':>10} {'HITS':>5}  {'LAST USED':19}  KERNELS"]
+        for r in rows:
+            kernels = ", ".join(r.get("kernels") or []) or r.get("label") or ""
+            lines.append(f"{r['key'][:16]}  {r.get('kind', ''):6} {str(r.get('arch') or '-'):11} "
+                         f"{_size(r.get('size')):>10} {r.get('hits', 0):>5}  "
+                         f"{_when(r.get('last_used')):19}  {kernels}")
+        return "\n".join(lines)
+    emit(rows, as_json, text)
+
+
+@cache_group.command("show")
+@click.argument("key")
+@click.option("--source", "with_source", is_flag=True,
+              help="Print the source too (stored only with KJIT_CACHE_SAVE_SOURCE=1).")
+@json_option
+def show_cmd(key: str, with_source: bool, as_json: bool) -> None:
+    """Show one entry (KEY or a unique prefix): options, compiler, log, symbols."""
+    try:
+        info = _api().show(key)
+    except KjitError as exc:
+        raise fail(exc)
+    if not with_source:
+        info.pop("source", None)
+
+    def text(d):
+        lines = [f"key        {d['key']}",
+                 f"kind       {d.get('kind')}   arch {d.get('arch')}   size {_size(d.get('size'))}",
+                 f"name       {d.get('name')}   ({d.get('namespace')})",
+                 f"kernels    {', '.join(d.get('kernels') or []) or '-'}",
+                 f"compiler   {d.get('compiler') or '-'}",
+                 f"created    {_when(d.get('created'))}   last used {_when(d.get('last_used'))}   "
+                 f"hits {d.get('hits', 0)}   build {d.get('create_ms')} ms"]
+        if d.get("source_sha256"):
+            lines.append(f"source     sha256 {d['source_sha256']}")
+        if d.get("options") is not None:
+            lines.append("options")
+            lines += [f"  {k}: {v}" for k, v in sorted(d["options"].items())]
+        if d.get("symbols"):
+            lines.append("symbols")
+            lines += [f"  {k} -> {v}" for k, v in d["symbols"].items()]
+        lines.append("log" + (":\n" + d["log"].rstrip() if d.get("log", "").strip() else "        (empty)"))
+        if with_source:
+            lines.append("source:\n" + (d.get("source") or
+                                        "(not saved: set KJIT_CACHE_SAVE_SOURCE=1 when compiling)"))
+        return "\n".join(lines)
+    emit(info, as_json, text)
+
+
+@cache_group.command("stats")
+@json_option
+def stats_cmd(as_json: bool) -> None:
+    """Entries, bytes, hits, misses and hit rate."""
+    try:
+        s = _api().stats()
+    except KjitError as exc:
+        raise fail(exc)
+
+    def text(d):
+        rate = "-" if d["hit_rate"] is None else f"{d['hit_rate'] * 100:.1f}%"
+        return (f"path       {d['path']}\nentries    {d['entries']}\n"
+                f"bytes      {d['bytes']} ({_size(d['bytes'])}; {_size(d['disk_bytes'])} on disk, "
+                f"limit {_size(d['size_limit'])})\n"
+                f"hits       {d['hits']}\nmisses     {d['misses']}\nhit rate   {rate}")
+    emit(s, as_json, text)
+
+
+@cache_group.command("clear")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (also implied by --json).")
+@json_option
+def clear_cmd(yes: bool, as_json: bool) -> None:
+    """Remove every entry."""
+    if not (yes or as_json):
+        click.confirm(f"Remove every entry in {_api().path()}?", abort=True)
+    try:
+        n = _api().clear()
+    except KjitError as exc:
+        raise fail(exc)
+    emit({"removed": n}, as_json, lambda d: f"removed {d['removed']} entries")
+
+
+@cache_group.command("prune")
+@click.option("--max-size", help="Evict least-recently-used entries until the cache fits (e.g. 500M).")
+@click.option("--older-than", help="Remove entries not used for this long (e.g. 30d, 12h).")
+@json_option
+def prune_cmd(max_size, older_than, as_json: bool) -> None:
+    """Remove old entries and/or shrink the cache to a size."""
+    try:
+        r = _api().prune(max_size=max_size, older_than=older_than)
+    except KjitError as exc:
+        raise fail(exc)
+    emit(r, as_json, lambda d: f"removed {d['removed']} entries ({_size(d['bytes_freed'])}); "
+                               f"{d['entries_left']} left")
+
+
+@cache_group.command("verify")
+@json_option
+def verify_cmd(as_json: bool) -> None:
+    """Check every entry's checksum; corrupt entries are removed (exit 1 if any)."""
+    try:
+        r = _api().verify()
+    except KjitError as exc:
+        raise fail(exc)
+
+    def text(d):
+        lines = [f"checked {d['checked']}: {d['ok']} ok, {len(d['corrupt'])} corrupt (removed)"]
+        lines += [f"  {c['key'][:16]}  {c['error']}" for c in d["corrupt"]]
+        return "\n".join(lines)
+    emit(r, as_json, text)
+    if r["corrupt"]:
+        raise SystemExit(1)
+
+
+@cache_group.command("export")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--key", "keys", multiple=True, help="Export only this entry (repeatable; prefixes ok).")
+@json_option
+def export_cmd(file: str, keys, as_json: bool) -> None:
+    """Write entries to FILE (one zip) for `kjit cache import` on another machine."""
+    try:
+        r = _api().export(file, keys=list(keys) or None)
+    except KjitError as exc:
+        raise fail(exc)
+    emit(r, as_json, lambda d: f"exported {d['exported']} entries to {d['file']} ({_size(d['bytes'])})")
+
+
+@cache_group.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--overwrite", is_flag=True, help="Replace entries that are already present.")
+@json_option
+def import_cmd(file: str, overwrite: bool, as_json: bool) -> None:
+    """Add the entries in FILE (from `kjit cache export`), checking every checksum."""
+    try:
+        r = _api().import_(file, overwrite=overwrite)
+    except KjitError as exc:
+        raise fail(exc)
+
+    def text(d):
+        lines = [f"imported {d['imported']} entries ({d['already_present']} already present, "
+                 f"{len(d['rejected'])} rejected)"]
+        lines += [f"  rejected {c['key'][:16]}: {c['error']}" for c in d["rejected"]]
+        return "\n".join(lines)
+    emit(r, as_json, text)
+    if r["rejected"]:
+        raise SystemExit(1)
