@@ -5,8 +5,10 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from .. import arch as arch_mod
+from ..cache.compiled import compile_through_cache
 from ..errors import InvalidOptionError
 from ..objectcode import ObjectCode
+from . import declarations
 from .options import TARGETS, CompileOptions
 
 BACKENDS = ("cuda", "hip")
@@ -86,7 +88,8 @@ def compile_uncached(req: CompileRequest) -> ObjectCode:
                       name=req.name, metadata={
                           "compiler": req.compiler_version(), "compile_ms": round(ms, 3),
                           "options": req.options.describe(), "backend": req.backend,
-                          "name_expressions": list(req.name_expressions)})
+                          "name_expressions": list(req.name_expressions),
+                          "declarations": declarations.extract(req.source)})
 
 
 def compile(source: str, *, arch=None, target: str | None = None,
@@ -99,6 +102,6 @@ def compile(source: str, *, arch=None, target: str | None = None,
     Raises InvalidOptionError for bad arguments and CompileError (with log and source
     excerpts) when the compiler rejects the source.
     """
-    req = make_request(source, arch=arch, target=target, options=options,
-                       name_expressions=name_expressions, backend=backend, name=name)
-    return compile_uncached(req)
+    return compile_through_cache(source, arch=arch, target=target, options=options,
+                                 name_expressions=name_expressions, backend=backend, name=name,
+                                 cache=cache)

@@ -1,0 +1,1 @@
+"""The GPU side: contexts, modules, kernels, parameters, memory and streams."""

@@ -1,0 +1,198 @@
+"""C types of kernel parameters: the type table, and parsers for kernel signatures and
+plain structs in CUDA source, with the device's alignment rules (float4 aligned to 16...)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CType:
+    """A parameter's C type as the device lays it out."""
+
+    name: str                 # "float", "float4", "const float*", "struct S"
+    size: int
+    align: int
+    kind: str                 # "int", "uint", "float", "bool", "pointer", "vector", "struct"
+    dtype: np.dtype | None = None       # scalars: the value's dtype; pointers: the pointee's
+    fields: tuple = ()                  # struct/vector: ((name, offset, CType), ...)
+    const: bool = False                 # pointers: pointee is const
+    count: int = 1                      # vectors: lanes
+
+    @property
+    def is_pointer(self) -> bool:
+        return self.kind == "pointer"
+
+
+def _scalar(name: str, dtype: str, kind: str) -> CType:
+    dt = np.dtype(dtype)
+    return CType(name, dt.itemsize, dt.itemsize, kind, dt)
+
+
+SCALARS: dict[str, CType] = {}
+for _names, _dt, _kind in [
+    (("char", "signed char", "int8_t"), "i1", "int"),
+    (("unsigned char", "uint8_t", "uchar"), "u1", "uint"),
+    (("short", "short int", "signed short", "int16_t"), "i2", "int"),
+    (("unsigned short", "unsigned short int", "uint16_t", "ushort"), "u2", "uint"),
+    (("int", "signed", "signed int", "int32_t"), "i4", "int"),
+    (("unsigned", "unsigned int", "uint32_t", "uint"), "u4", "uint"),
+    (("long", "long int", "long long", "long long int", "signed long long", "int64_t",
+      "ptrdiff_t", "ssize_t", "intptr_t"), "i8", "int"),
+    (("unsigned long", "unsigned long int", "unsigned long long", "unsigned long long int",
+      "uint64_t", "size_t", "uintptr_t", "ulong"), "u8", "uint"),
+    (("float",), "f4", "float"),
+    (("double",), "f8", "float"),
+    (("__half", "half", "__nv_half"), "f2", "float"),
+    (("bool",), "?", "bool"),
+]:
+    for _n in _names:
+        SCALARS[_n] = _scalar(_n, _dt, _kind)
+
+# CUDA's built-in vector types: (base, lanes, alignment) per the CUDA C++ guide.
+_VECTOR_ALIGN = {("char", 1): 1, ("char", 2): 2, ("char", 3): 1, ("char", 4): 4,
+                 ("short", 1): 2, ("short", 2): 4, ("short", 3): 2, ("short", 4): 8,
+                 ("int", 1): 4, ("int", 2): 8, ("int", 3): 4, ("int", 4): 16,
+                 ("long", 1): 8, ("long", 2): 16, ("long", 3): 8, ("long", 4): 16,
+                 ("longlong", 1): 8, ("longlong", 2): 16, ("longlong", 3): 8, ("longlong", 4): 16,
+                 ("float", 1): 4, ("float", 2): 8, ("float", 3): 4, ("float", 4): 16,
+                 ("double", 1): 8, ("double", 2): 16, ("double", 3): 8, ("double", 4): 16}
+_VECTOR_BASE = {"char": ("i1", "int"), "uchar": ("u1", "uint"), "short": ("i2", "int"),
+                "ushort": ("u2", "uint"), "int": ("i4", "int"), "uint": ("u4", "uint"),
+                "long": ("i8", "int"), "ulong": ("u8", "uint"), "longlong": ("i8", "int"),
+                "ulonglong": ("u8", "uint"), "float": ("f4", "float"), "double": ("f8", "float")}
+VECTORS: dict[str, CType] = {}
+for _base, (_dt, _kind) in _VECTOR_BASE.items():
+    for _lanes in (1, 2, 3, 4):
+        _al = _VECTOR_ALIGN[(_base.removeprefix("u") if _base != "uchar" else "char", _lanes)]
+        _elem = np.dtype(_dt)
+        _fields = tuple((c, i * _elem.itemsize, SCALARS["float" if _kind == "float" and _elem.itemsize == 4 else
+                                                          "double" if _kind == "float" else
+                                                          {1: "char", 2: "short", 4: "int", 8: "long long"}[_elem.itemsize]
+                                                          if _kind == "int" else
+                                                          {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
+                                                           8: "unsigned long long"}[_elem.itemsize]])
+                        for i, c in enumerate("xyzw"[:_lanes]))
+        _size = -(-(_elem.itemsize * _lanes) // _al) * _al
+        VECTORS[f"{_base}{_lanes}"] = CType(f"{_base}{_lanes}", _size, _al, "vector", _elem,
+                                            _fields, count=_lanes)
+
+POINTER_SIZE = 8
+
+_QUALIFIERS = re.compile(r"\b(__restrict__|__restrict|restrict|volatile|__grid_constant__|"
+                         r"struct|class|typename)\b")
+_CONST = re.compile(r"\bconst\b")
+
+
+def parse_type(text: str, structs: dict[str, CType] | None = None) -> CType | None:
+    """A CType for a declaration's type text (`const float* __restrict__`), or None if unknown."""
+    text = _QUALIFIERS.sub(" ", text)
+    stars = text.count("*") + text.count("&")
+    const = bool(_CONST.search(text.split("*")[0])) if stars else False
+    base = " ".join(_CONST.sub(" ", text.replace("*", " ").replace("&", " ")).split())
+    base = base.removeprefix("std::").removeprefix("::")
+    if stars:
+        pointee = SCALARS.get(base) or VECTORS.get(base) or (structs or {}).get(base)
+        dt = pointee.dtype if pointee is not None and pointee.kind != "vector" else None
+        if pointee is not None and pointee.kind == "vector":
+            dt = np.dtype((pointee.dtype, pointee.count)) if pointee.count else None
+        return CType(text.strip(), POINTER_SIZE, POINTER_SIZE, "pointer", dt, const=const)
+    return SCALARS.get(base) or VECTORS.get(base) or (structs or {}).get(base)
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    decl: str                  # the declaration as written
+    ctype: CType | None        # None: unknown type (layout comes from the driver)
+
+
+@dataclass(frozen=True)
+class Signature:
+    kernel: str
+    params: tuple[Param, ...] = field(default_factory=tuple)
+
+
+from ..compiler.declarations import KERNEL as _KERNEL, STRUCT as _STRUCT, is_template, strip_comments
+
+_FIELD = re.compile(r"^(.*?)([A-Za-z_]\w*)\s*(?:\[\s*(\d+)\s*\])?$")
+
+
+def parse_structs(source: str) -> dict[str, CType]:
+    """Plain structs defined in the source, laid out with device alignment.
+
+    Fields must be scalars, vectors, pointers, earlier structs or fixed arrays of those;
+    anything else leaves the struct out (its layout then comes from the driver's sizes).
+    """
+    structs: dict[str, CType] = {}
+    for m in _STRUCT.finditer(strip_comments(source)):
+        align_before, tag, align_after, body, typedef_name = m.groups()
+        name = typedef_name or tag
+        if not name:
+            continue
+        fields_, offset, max_align, ok = [], 0, 1, True
+        for decl in (d.strip() for d in body.split(";")):
+            if not decl:
+                continue
+            fm = _FIELD.match(decl)
+            ctype = parse_type(fm.group(1), structs) if fm else None
+            if ctype is None:
+                ok = False
+                break
+            count = int(fm.group(3) or 1)
+            offset = -(-offset // ctype.align) * ctype.align
+            for i in range(count):
+                fname = fm.group(2) if count == 1 else f"{fm.group(2)}[{i}]"
+                fields_.append((fname, offset + i * ctype.size, ctype))
+            offset += ctype.size * count
+            max_align = max(max_align, ctype.align)
+        if not ok:
+            continue
+        forced = int(align_before or align_after or 0)
+        max_align = max(max_align, forced)
+        size = -(-offset // max_align) * max_align
+        ctype = CType(f"struct {name}", size, max_align, "struct", None, tuple(fields_))
+        structs[name] = ctype
+        if tag and tag != name:
+            structs[tag] = ctype
+    return structs
+
+
+def parse_signatures(source: str) -> dict[str, Signature]:
+    """Signatures of the `extern "C"` (unmangled) kernels in the source, by kernel name.
+
+    Templates and C++-linkage kernels are left to the mangled-name decoder and the driver.
+    """
+    text = strip_comments(source)
+    structs = parse_structs(text)
+    out: dict[str, Signature] = {}
+    for m in _KERNEL.finditer(text):
+        if is_template(text, m.start()):
+            continue
+        name, params_text = m.group(1), m.group(2).strip()
+        params = []
+        if params_text and params_text != "void":
+            for i, decl in enumerate(p.strip() for p in params_text.split(",")):
+                decl = decl.split("=")[0].strip()
+                pm = re.match(r"^(.*?)([A-Za-z_]\w*)\s*$", decl)
+                if pm and pm.group(1).strip() and not pm.group(1).strip().endswith("::"):
+                    type_text, pname = pm.group(1), pm.group(2)
+                else:
+                    type_text, pname = decl, f"arg{i}"
+                params.append(Param(pname, decl, parse_type(type_text, structs)))
+        out[name] = Signature(name, tuple(params))
+    return out
+
+
+def struct_dtype(ctype: CType) -> np.dtype:
+    """A numpy dtype with the device layout of a struct or vector (offsets and padding)."""
+    names, formats, offsets = [], [], []
+    for fname, off, ft in ctype.fields:
+        names.append(fname)
+        formats.append(struct_dtype(ft) if ft.kind in ("struct", "vector") else
+                       (np.dtype("u8") if ft.kind == "pointer" else ft.dtype))
+        offsets.append(off)
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets,
+                     "itemsize": ctype.size})

@@ -1,0 +1,154 @@
+"""Devices and contexts.
+
+By default every device's primary context (the one CuPy and PyTorch use) is retained once
+and made current in whichever thread needs it. `kjit.Device(i)` selects a device for a
+block of code; `kjit.Context` is an explicit context (cuCtxCreate) for plugin-style isolation.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import driver
+from ..errors import DriverError, KjitError
+
+
+class Device:
+    """A CUDA device. `with kjit.Device(1): ...` makes its primary context current there."""
+
+    def __init__(self, ordinal: int = 0):
+        if isinstance(ordinal, bool) or not isinstance(ordinal, int) or ordinal < 0:
+            raise KjitError(f"device ordinal must be an int >= 0, got {ordinal!r}")
+        self.ordinal = ordinal
+        self._saved: list[tuple[int, Any]] = []
+
+    @property
+    def context(self) -> Any:
+        """The retained primary context."""
+        return driver.primary_context(self.ordinal)
+
+    @property
+    def arch(self) -> str:
+        major, minor = driver.compute_capability(self.ordinal)
+        return f"sm_{major}{minor}"
+
+    @property
+    def name(self) -> str:
+        drv = driver.bindings()
+        dev = driver.call(drv.cuDeviceGet, self.ordinal)
+        return driver.call(drv.cuDeviceGetName, 256, dev).split(b"\0")[0].decode()
+
+    def attribute(self, name: str) -> int:
+        """A device attribute by its short name, e.g. "multiprocessor_count"."""
+        drv = driver.bindings()
+        attr = getattr(drv.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_" + name.upper())
+        dev = driver.call(drv.cuDeviceGet, self.ordinal)
+        return int(driver.call(drv.cuDeviceGetAttribute, attr, dev))
+
+    def make_current(self) -> None:
+        driver.set_default_device(self.ordinal)
+        driver.call(driver.bindings().cuCtxSetCurrent, self.context)
+
+    def synchronize(self) -> None:
+        with self:
+            synchronize()
+
+    def __enter__(self) -> "Device":
+        prev_dev = driver.set_default_device(self.ordinal)
+        prev_ctx = driver.current_context()
+        self._saved.append((prev_dev, prev_ctx))
+        driver.call(driver.bindings().cuCtxSetCurrent, self.context)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        prev_dev, prev_ctx = self._saved.pop()
+        driver.set_default_device(prev_dev)
+        driver.call(driver.bindings().cuCtxSetCurrent, prev_ctx if prev_ctx is not None else 0)
+
+    def __repr__(self) -> str:
+        return f"kjit.Device({self.ordinal})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Device) and other.ordinal == self.ordinal
+
+    def __hash__(self) -> int:
+        return hash(("kjit.Device", self.ordinal))
+
+
+class Context:
+    """An explicit CUDA context (cuCtxCreate), isolated from the primary context.
+
+    Use as a context manager: entering pushes it on this thread's stack, leaving pops it.
+    `close()` destroys it; modules loaded in it must not be used afterwards.
+    """
+
+    def __init__(self, device: int | Device = 0, flags: int = 0):
+        ordinal = device.ordinal if isinstance(device, Device) else int(device)
+        driver.init()
+        drv = driver.bindings()
+        dev = driver.call(drv.cuDeviceGet, ordinal)
+        try:  # CUDA 13: cuCtxCreate(params, flags, dev)
+            self.handle = driver.call(drv.cuCtxCreate, None, flags, dev)
+        except TypeError:  # CUDA 12 bindings: cuCtxCreate(flags, dev)
+            self.handle = driver.call(drv.cuCtxCreate, flags, dev)
+        # cuCtxCreate leaves the new context current; give the thread back its previous one.
+        driver.call(drv.cuCtxPopCurrent)
+        self.device = Device(ordinal)
+        self._closed = False
+
+    def push(self) -> None:
+        self._check_open()
+        driver.call(driver.bindings().cuCtxPushCurrent, self.handle)
+
+    def pop(self) -> None:
+        popped = driver.call(driver.bindings().cuCtxPopCurrent)
+        if int(popped) != int(self.handle):
+            driver.call(driver.bindings().cuCtxPushCurrent, popped)
+            raise KjitError("kjit.Context.pop(): this context is not the current one")
+
+    def synchronize(self) -> None:
+        with self:
+            synchronize()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            driver.call(driver.bindings().cuCtxDestroy, self.handle)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KjitError("this kjit.Context was closed")
+
+    def __enter__(self) -> "Context":
+        self.push()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.pop()
+
+    def __repr__(self) -> str:
+        return f"kjit.Context(device={self.device.ordinal}, handle={int(self.handle):#x})"
+
+
+# The kernel launched last in this process, so that an asynchronous fault reported by a later
+# synchronize can name it. One list slot write per launch.
+last_launch: list[str] = [""]
+
+
+def synchronize() -> None:
+    """Wait for all work in the current context; an asynchronous kernel fault is raised here
+    as a DriverError that names the kernel launched last."""
+    drv = driver.bindings()
+    driver.ensure_context()
+    (err,) = drv.cuCtxSynchronize()
+    if err:
+        raise_async(err, "cuCtxSynchronize")
+
+
+def raise_async(err: Any, what: str) -> None:
+    try:
+        driver.raise_for(err, what)
+    except DriverError as exc:
+        if last_launch[0]:
+            exc.hint = (f"the fault came from work queued before this call; the kernel launched "
+                        f"last was {last_launch[0]!r}")
+        raise

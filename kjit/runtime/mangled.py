@@ -1,0 +1,221 @@
+"""Parameter types from an Itanium-mangled kernel name (`_Z4axpyIfEvT_PKS0_PS0_i`).
+
+Template kernels and C++-linkage kernels have no `extern "C"` signature to parse, but their
+mangled names spell out every parameter type. This decoder covers what kernel signatures
+use: builtin types, pointers, references, cv-qualifiers, class names (float4, __half,
+structs), namespaces, template arguments and parameters, and substitutions. Anything it
+does not understand yields None and the driver's parameter sizes are used instead.
+"""
+from __future__ import annotations
+
+_BUILTIN = {
+    "v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char",
+    "s": "short", "t": "unsigned short", "i": "int", "j": "unsigned int", "l": "long",
+    "m": "unsigned long", "x": "long long", "y": "unsigned long long", "f": "float",
+    "d": "double", "e": "long double", "w": "wchar_t", "n": "__int128", "o": "unsigned __int128",
+}
+_D_BUILTIN = {"Dh": "__half", "Dn": "decltype(nullptr)", "Di": "char32_t", "Ds": "char16_t",
+              "DF16_": "__half"}
+
+
+class _Unsupported(Exception):
+    pass
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.s, self.i = text, 0
+        self.subs: list[str] = []
+        self.template_args: list[str] = []
+
+    def peek(self, n: int = 1) -> str:
+        return self.s[self.i:self.i + n]
+
+    def take(self, n: int = 1) -> str:
+        out = self.s[self.i:self.i + n]
+        if len(out) < n:
+            raise _Unsupported("truncated")
+        self.i += n
+        return out
+
+    def number(self) -> int:
+        start = self.i
+        while self.peek().isdigit():
+            self.i += 1
+        if start == self.i:
+            raise _Unsupported(f"number expected at {self.i}")
+        return int(self.s[start:self.i])
+
+    def source_name(self) -> str:
+        n = self.number()
+        return self.take(n)
+
+    def seq_id(self) -> int:
+        """S_ = 0, S0_ = 1, S1_ = 2, ... (base 36)."""
+        if self.peek() == "_":
+            self.take()
+            return 0
+        start = self.i
+        while self.peek() != "_":
+            self.take()
+        value = int(self.s[start:self.i], 36)
+        self.take()
+        return value + 1
+
+    def substitution(self) -> str:
+        self.take()  # S
+        c = self.peek()
+        if c == "t":
+            self.take()
+            return "std::"
+        if c in "absoid":
+            raise _Unsupported("std abbreviation")
+        idx = self.seq_id()
+        if idx >= len(self.subs):
+            raise _Unsupported("bad substitution")
+        return self.subs[idx]
+
+    def template_param(self) -> str:
+        self.take()  # T
+        idx = self.seq_id()
+        if idx >= len(self.template_args):
+            raise _Unsupported("template parameter out of range")
+        return self.template_args[idx]
+
+    def template_args_list(self) -> list[str]:
+        self.take()  # I
+        args = []
+        while self.peek() != "E":
+            if self.peek() == "L":      # literal: L <type> <value> E
+                self.take()
+                depth = 1
+                while depth:
+                    ch = self.take()
+                    depth += {"L": 1, "E": -1}.get(ch, 0)
+                args.append("<literal>")
+            elif self.peek() == "X":
+                raise _Unsupported("expression template argument")
+            else:
+                args.append(self.type())
+        self.take()  # E
+        return args
+
+    def unqualified_name(self) -> str:
+        if self.peek().isdigit():
+            return self.source_name()
+        raise _Unsupported(f"name form {self.peek()!r}")
+
+    def name(self, is_function: bool = False) -> str:
+        """A (possibly nested, possibly templated) name; records substitution candidates."""
+        if self.peek() == "N":
+            self.take()
+            parts = ""
+            while self.peek() != "E":
+                if self.peek() == "S":
+                    parts = self.substitution()
+                    continue
+                if self.peek() == "I":
+                    args = self.template_args_list()
+                    if is_function and self.peek() == "E":
+                        self.template_args = args
+                    parts += "<" + ", ".join(args) + ">"
+                else:
+                    if parts and not parts.endswith("::"):
+                        parts += "::"
+                    parts += self.unqualified_name()
+                if self.peek() != "E" or not is_function:
+                    self.subs.append(parts)
+            self.take()  # E
+            if not is_function and (not self.subs or self.subs[-1] != parts):
+                self.subs.append(parts)
+            return parts
+        if self.peek() == "S":
+            prefix = self.substitution()
+            name = prefix + (self.unqualified_name() if prefix.endswith("::") else "")
+            if prefix.endswith("::"):
+                self.subs.append(name)
+        else:
+            name = self.unqualified_name()
+            if not is_function:
+                self.subs.append(name)
+        if self.peek() == "I":
+            if is_function:
+                self.subs.append(name)      # the unscoped template name
+            args = self.template_args_list()
+            if is_function:
+                self.template_args = args
+            name += "<" + ", ".join(args) + ">"
+            if not is_function:
+                self.subs.append(name)
+        return name
+
+    def type(self) -> str:
+        c = self.peek()
+        if c in _BUILTIN:
+            self.take()
+            return _BUILTIN[c]
+        if c == "D":
+            for code, name in _D_BUILTIN.items():
+                if self.s.startswith(code, self.i):
+                    self.i += len(code)
+                    return name
+            raise _Unsupported("D-type")
+        if c in "PR":
+            self.take()
+            inner = self.type()
+            out = inner + ("*" if c == "P" else "&")
+            self.subs.append(out)
+            return out
+        if c in "KVr":
+            quals = ""
+            while self.peek() in ("K", "V", "r"):
+                q = self.take()
+                quals += {"K": "const ", "V": "volatile ", "r": ""}[q]
+            inner = self.type()
+            out = quals + inner
+            self.subs.append(out)
+            return out
+        if c == "T":
+            out = self.template_param()
+            self.subs.append(out)
+            if self.peek() == "I":
+                args = self.template_args_list()
+                out += "<" + ", ".join(args) + ">"
+                self.subs.append(out)
+            return out
+        if c == "S":
+            out = self.substitution()
+            if out.endswith("::"):  # St
+                out += self.unqualified_name()
+                self.subs.append(out)
+            if self.peek() == "I":
+                args = self.template_args_list()
+                out += "<" + ", ".join(args) + ">"
+                self.subs.append(out)
+            return out
+        if c.isdigit() or c == "N":
+            return self.name()
+        raise _Unsupported(f"type code {c!r}")
+
+
+def parameter_types(mangled: str) -> list[str] | None:
+    """The C parameter types of a mangled function name, or None if it can't be decoded."""
+    if not mangled.startswith("_Z"):
+        return None
+    p = _Parser(mangled[2:])
+    try:
+        p.name(is_function=True)
+        templated = bool(p.template_args)
+        if templated:
+            p.type()  # template functions encode their return type first
+        params = []
+        while p.i < len(p.s):
+            if p.peek() == ".":   # clone suffix
+                break
+            t = p.type()
+            if t == "void" and not params and p.i >= len(p.s):
+                break
+            params.append(t)
+        return params
+    except (_Unsupported, ValueError):
+        return None

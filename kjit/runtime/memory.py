@@ -1,0 +1,198 @@
+"""A small device array, and the In/Out/InOut wrappers that copy host arrays around a launch."""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import driver
+from ..errors import ArgumentError
+
+
+def _free(ptr: int, ctx: Any) -> None:
+    drv = driver.bindings()
+    try:
+        drv.cuCtxPushCurrent(ctx)
+        drv.cuMemFree(ptr)
+        drv.cuCtxPopCurrent()
+    except Exception:  # interpreter shutdown: the driver may already be gone
+        pass
+
+
+class DeviceArray:
+    """An n-dimensional array in device memory (C-contiguous unless made from a view).
+
+    Exposes `__cuda_array_interface__` (v3) and `__dlpack__`, so CuPy, PyTorch and Numba
+    can use it without a copy; kjit kernels accept it for pointer parameters.
+    """
+
+    __slots__ = ("ptr", "shape", "dtype", "strides", "nbytes", "device", "is_c_contiguous",
+                 "_base", "_finalizer", "__weakref__")
+
+    def __init__(self, shape: int | Sequence[int], dtype: Any = np.float32, *, ptr: int | None = None,
+                 strides: Sequence[int] | None = None, device: int | None = None, base: Any = None):
+        self.shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+        if any(s < 0 for s in self.shape):
+            raise ArgumentError(f"negative dimension in shape {self.shape}")
+        self.dtype = np.dtype(dtype)
+        itemsize = self.dtype.itemsize
+        contiguous = _c_strides(self.shape, itemsize)
+        self.strides = tuple(strides) if strides is not None else contiguous
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * itemsize
+        # computed once: the launch fast path reads it on every pointer argument
+        self.is_c_contiguous = self.strides == contiguous or self.nbytes <= itemsize
+        self._base = base
+        self._finalizer = None
+        if ptr is None:
+            ctx = driver.ensure_context()
+            self.device = driver.current_device() if device is None else device
+            self.ptr = int(driver.call(driver.bindings().cuMemAlloc, max(self.nbytes, 1)))
+            self._finalizer = weakref.finalize(self, _free, self.ptr, ctx)
+        else:
+            self.ptr = int(ptr)
+            self.device = driver.current_device() if device is None else device
+
+    # --- numpy-like -------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0] if self.shape else 0
+
+    def __repr__(self) -> str:
+        return f"kjit.DeviceArray(shape={self.shape}, dtype={self.dtype}, device={self.device})"
+
+    # --- copies -----------------------------------------------------------------------
+    def copy_from_host(self, host: np.ndarray, stream: Any = None) -> "DeviceArray":
+        host = np.asarray(host)
+        if host.dtype != self.dtype or host.size != self.size:
+            raise ArgumentError(
+                f"cannot copy a host array of {host.size} {host.dtype} into a device array of "
+                f"{self.size} {self.dtype}")
+        self._require_contiguous("copy_from_host")
+        host = np.ascontiguousarray(host)
+        if self.nbytes:
+            driver.ensure_context()
+            driver.call(driver.bindings().cuMemcpyHtoD, self.ptr, host.ctypes.data, self.nbytes)
+        return self
+
+    def copy_to_host(self, out: np.ndarray | None = None, stream: Any = None) -> np.ndarray:
+        self._require_contiguous("copy_to_host")
+        if out is None:
+            out = np.empty(self.shape, self.dtype)
+        elif out.dtype != self.dtype or out.size != self.size or not out.flags.c_contiguous:
+            raise ArgumentError("out must be a C-contiguous host array of the same dtype and size")
+        if self.nbytes:
+            driver.ensure_context()
+            driver.call(driver.bindings().cuMemcpyDtoH, out.ctypes.data, self.ptr, self.nbytes)
+        return out
+
+    def get(self) -> np.ndarray:
+        """The array's contents as a new numpy array."""
+        return self.copy_to_host()
+
+    def fill_zero(self) -> "DeviceArray":
+        if self.nbytes:
+            driver.ensure_context()
+            driver.call(driver.bindings().cuMemsetD8, self.ptr, 0, self.nbytes)
+        return self
+
+    def _require_contiguous(self, what: str) -> None:
+        if not self.is_c_contiguous:
+            raise ArgumentError(f"{what} needs a C-contiguous array; this one has strides {self.strides}")
+
+    # --- interchange ------------------------------------------------------------------
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+                "version": 3, "strides": None if self.is_c_contiguous else self.strides,
+                # kjit's copies and default launches use the legacy default stream
+                "stream": 1}
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                    copy: Any = None) -> Any:
+        from .dlpack import to_capsule
+        if stream is not None and stream != -1:
+            from .context import synchronize
+            synchronize()  # our work runs on the legacy stream; make it visible to the consumer's
+        return to_capsule(self)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, self.device)  # kDLCUDA
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, acc = [], itemsize
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= max(dim, 1)
+    return tuple(reversed(strides))
+
+
+def empty(shape: int | Sequence[int], dtype: Any = np.float32) -> DeviceArray:
+    """An uninitialised device array."""
+    return DeviceArray(shape, dtype)
+
+
+def zeros(shape: int | Sequence[int], dtype: Any = np.float32) -> DeviceArray:
+    """A device array of zeros."""
+    return DeviceArray(shape, dtype).fill_zero()
+
+
+def to_device(host: Any, dtype: Any = None) -> DeviceArray:
+    """Copy a host array (anything numpy.asarray takes) to a new device array."""
+    arr = np.ascontiguousarray(np.asarray(host, dtype=dtype))
+    return DeviceArray(arr.shape, arr.dtype).copy_from_host(arr)
+
+
+class _HostTransfer:
+    """A host numpy array to copy in before a launch and/or out after it."""
+
+    copy_in = False
+    copy_out = False
+
+    def __init__(self, array: np.ndarray):
+        if not isinstance(array, np.ndarray):
+            raise ArgumentError(f"{type(self).__name__} takes a numpy array, got {type(array).__name__}")
+        if self.copy_out and not array.flags.c_contiguous:
+            raise ArgumentError(f"{type(self).__name__} needs a C-contiguous array to copy back into")
+        if self.copy_out and not array.flags.writeable:
+            raise ArgumentError(f"{type(self).__name__}: the host array is read-only")
+        self.array = array
+        self.dtype = array.dtype
+
+    def to_device(self) -> DeviceArray:
+        dev = DeviceArray(self.array.shape, self.array.dtype)
+        if self.copy_in:
+            dev.copy_from_host(self.array)
+        return dev
+
+    def finish(self, dev: DeviceArray) -> None:
+        if self.copy_out:
+            dev.copy_to_host(self.array)
+
+
+class In(_HostTransfer):
+    """Copy this host array to the device before the launch (PyCUDA's drv.In)."""
+    copy_in = True
+
+
+class Out(_HostTransfer):
+    """Copy the device buffer back into this host array after the launch."""
+    copy_out = True
+
+
+class InOut(_HostTransfer):
+    """Copy in before and back out after the launch."""
+    copy_in = True
+    copy_out = True

@@ -1,0 +1,257 @@
+"""Modules: load code with JIT options (cuModuleLoadDataEx), keep the logs, find kernels
+and globals. Code is loaded lazily into each context that asks for a kernel."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import driver
+from ..errors import ArgumentError, KernelNotFoundError, KjitError
+from ..jit_options import JitOptions, log_full, log_text
+from ..objectcode import ObjectCode
+from . import cdecl, mangled
+from .kernel import Kernel
+from .params import layout
+
+
+def _as_object(code: Any) -> ObjectCode:
+    if isinstance(code, ObjectCode):
+        return code
+    inner = getattr(code, "object", None)   # a LinkResult
+    if isinstance(inner, ObjectCode):
+        return inner
+    if isinstance(code, (bytes, bytearray, memoryview)):
+        return ObjectCode(bytes(code))
+    if isinstance(code, (str, os.PathLike)):
+        return ObjectCode.from_file(code)
+    raise ArgumentError(f"kjit.load takes an ObjectCode, bytes or a path, got {type(code).__name__}")
+
+
+class Global:
+    """A `__device__` or `__constant__` variable of a module: its address and size."""
+
+    def __init__(self, module: "Module", name: str, ptr: int, nbytes: int):
+        self.module, self.name, self.ptr, self.nbytes = module, name, int(ptr), int(nbytes)
+
+    def copy_from_host(self, host: Any) -> "Global":
+        arr = np.ascontiguousarray(host)
+        if arr.nbytes != self.nbytes:
+            raise ArgumentError(f"global {self.name!r} is {self.nbytes} bytes; the host data is {arr.nbytes}")
+        driver.call(driver.bindings().cuMemcpyHtoD, self.ptr, arr.ctypes.data, self.nbytes)
+        return self
+
+    def copy_to_host(self, dtype: Any = np.uint8) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        if self.nbytes % dtype.itemsize:
+            raise ArgumentError(f"global {self.name!r} ({self.nbytes} bytes) is not a whole number of {dtype}")
+        out = np.empty(self.nbytes // dtype.itemsize, dtype)
+        driver.call(driver.bindings().cuMemcpyDtoH, out.ctypes.data, self.ptr, self.nbytes)
+        return out
+
+    get = copy_to_host
+
+    def __repr__(self) -> str:
+        return f"kjit.Global({self.name!r}, {self.nbytes} bytes at {self.ptr:#x})"
+
+
+class Module:
+    """Loaded code. `get_function(name)` accepts kernel names and name expressions."""
+
+    def __init__(self, obj: ObjectCode, jit_options: JitOptions | None = None):
+        self.object = obj
+        self.jit_options = jit_options or JitOptions()
+        self.info_log = ""
+        self.error_log = ""
+        self.jit_wall_time_ms = 0.0
+        self._image = self._loadable_image(obj)
+        self._handles: dict[int, Any] = {}    # context -> CUmodule
+        self._kernels: dict[tuple[int, str], Kernel] = {}
+        self._decls = obj.metadata.get("declarations") or ""
+        self._closed = False
+
+    # --- loading ----------------------------------------------------------------------
+    def _loadable_image(self, obj: ObjectCode) -> bytes:
+        """The bytes handed to the driver. PTX newer than the driver accepts never reaches it:
+        it is linked to cubin for the device with nvJitLink (same version as NVRTC)."""
+        if obj.kind in ("ltoir", "hsaco", "hipfb"):
+            raise KjitError(
+                f"kjit.load cannot load {obj.kind} with the CUDA driver: "
+                + ("link LTO-IR to a cubin first with kjit.link([...], lto=True)" if obj.kind == "ltoir"
+                   else "HIP code objects load through the HIP runtime (kjit.hip)"))
+        if obj.kind == "ptx" and obj.ptx_version is not None:
+            from ..linker.choice import cuda_version_text, ptx_too_new
+            drv_version = driver.driver_version()
+            if ptx_too_new(obj.ptx_version, drv_version):
+                from ..arch import device_arch
+                from ..linker.nvjitlink import ptx_to_cubin
+                target = device_arch()
+                if target is None:  # pragma: no cover - load() runs only with a device
+                    raise KjitError("no device to link PTX for")
+                try:
+                    cubin = ptx_to_cubin(obj.code, target.sm)
+                except KjitError as exc:
+                    raise KjitError(
+                        f"PTX .version {'.'.join(map(str, obj.ptx_version))} is newer than the "
+                        f"CUDA {cuda_version_text(drv_version)} driver accepts, and nvJitLink could "
+                        f"not turn it into a {target.sm} cubin: {exc}\nCompile to cubin instead "
+                        "(kjit.compile(..., target='cubin')), or install an NVRTC no newer than "
+                        "the driver.") from exc
+                self.info_log = (f"PTX .version {'.'.join(map(str, obj.ptx_version))} is newer than "
+                                 f"the CUDA {cuda_version_text(drv_version)} driver accepts: linked "
+                                 f"to a {target.sm} cubin with nvJitLink\n")
+                return cubin.code
+        return obj.code
+
+    def _handle(self) -> tuple[Any, int, Any]:
+        """(CUmodule, device ordinal, context) for the current context, loading on first use."""
+        if self._closed:
+            raise KjitError("this module was unloaded")
+        ctx = driver.ensure_context()
+        key = int(ctx)
+        h = self._handles.get(key)
+        if h is None:
+            h = self._load_into_current()
+            self._handles[key] = h
+        return h, driver.current_device(), ctx
+
+    def _load_into_current(self) -> Any:
+        drv = driver.bindings()
+        size = self.jit_options.log_bytes
+        while True:
+            info, error = bytearray(size), bytearray(size)
+            keys, values = self.jit_options.driver_options(info, error)
+            t0 = time.perf_counter()
+            err, handle = drv.cuModuleLoadDataEx(self._image, len(keys), keys, values)
+            self.jit_wall_time_ms = (time.perf_counter() - t0) * 1e3
+            if (log_full(info) or log_full(error)) and size < (1 << 28):
+                if not err:
+                    drv.cuModuleUnload(handle)
+                size *= 8  # a log filled its buffer: load again so nothing is cut
+                continue
+            break
+        self.info_log += log_text(info)
+        self.error_log = log_text(error)
+        if err:
+            hint = f"JIT error log:\n{self.error_log}" if self.error_log.strip() else ""
+            if err == drv.CUresult.CUDA_ERROR_NO_BINARY_FOR_GPU:
+                hint += (f"\nthe code holds no cubin for this GPU and no PTX it can JIT "
+                         f"(code arch {self.object.arch}); compile for this device's arch")
+            driver.raise_for(err, f"cuModuleLoadDataEx({self.object.name})", hint.strip())
+        return handle
+
+    # --- lookups ----------------------------------------------------------------------
+    def get_function(self, name: str) -> Kernel:
+        """The kernel `name` (an entry point or a name expression such as "axpy<float>")."""
+        handle, device, ctx = self._handle()
+        cached = self._kernels.get((int(ctx), name))
+        if cached is not None:
+            return cached
+        symbol = self.object.lowered_name(name)
+        drv = driver.bindings()
+        err, func = drv.cuModuleGetFunction(handle, symbol.encode())
+        if err:
+            if err == drv.CUresult.CUDA_ERROR_NOT_FOUND:
+                available = list(self.object.entry_points) + list(self.object.symbols)
+                raise KernelNotFoundError(name, available)
+            driver.raise_for(err, f"cuModuleGetFunction({name})")
+        kernel = Kernel(self, func, name, symbol, self._slots(func, name, symbol), device, ctx)
+        self._kernels[(int(ctx), name)] = kernel
+        return kernel
+
+    def _slots(self, func: Any, name: str, symbol: str):
+        driver_info = _driver_param_info(func)
+        structs = cdecl.parse_structs(self._decls) if self._decls else {}
+        ctypes_, names = None, None
+        if symbol.startswith("_Z"):
+            types = mangled.parameter_types(symbol)
+            if types is not None:
+                ctypes_ = [cdecl.parse_type(t, structs) for t in types]
+                names = [f"arg{i}" for i in range(len(types))]
+        elif self._decls:
+            sig = cdecl.parse_signatures(self._decls).get(symbol)
+            if sig is not None:
+                ctypes_ = [p.ctype for p in sig.params]
+                names = [p.name for p in sig.params]
+        if driver_info is not None:
+            if ctypes_ is None or len(ctypes_) != len(driver_info) or any(
+                    c is not None and c.size != size for c, (_, size) in zip(ctypes_, driver_info)):
+                # The source says nothing (or something that disagrees): the driver's layout
+                # with unknown types, which accept only unambiguous values.
+                ctypes_ = [None] * len(driver_info)
+                names = names if names and len(names) == len(driver_info) else \
+                    [f"arg{i}" for i in range(len(driver_info))]
+        elif ctypes_ is None or any(c is None for c in ctypes_):
+            raise KjitError(
+                f"kjit cannot tell the parameter types of kernel {name!r}: compile it with kjit "
+                "from source (extern \"C\" or a name expression), or use a driver with "
+                "cuFuncGetParamInfo (CUDA 12.4+)")
+        return layout(ctypes_, names, driver_info)
+
+    def get_global(self, name: str) -> Global:
+        handle, _, _ = self._handle()
+        drv = driver.bindings()
+        symbol = self.object.lowered_name(name)
+        err, ptr, size = drv.cuModuleGetGlobal(handle, symbol.encode())
+        if err:
+            if err == drv.CUresult.CUDA_ERROR_NOT_FOUND:
+                raise KernelNotFoundError(name, (), what="global")
+            driver.raise_for(err, f"cuModuleGetGlobal({name})")
+        return Global(self, name, int(ptr), int(size))
+
+    @property
+    def kernel_names(self) -> tuple[str, ...]:
+        return self.object.entry_points
+
+    def unload(self) -> None:
+        """Unload from every context it was loaded into; its kernels must not be used after."""
+        if self._closed:
+            return
+        self._closed = True
+        drv = driver.bindings()
+        for h in self._handles.values():
+            drv.cuModuleUnload(h)
+        self._handles.clear()
+        self._kernels.clear()
+
+    def __enter__(self) -> "Module":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.unload()
+
+    def __repr__(self) -> str:
+        return f"kjit.Module({self.object.name!r}, {self.object.kind}, kernels={list(self.kernel_names)})"
+
+
+def _driver_param_info(func: Any) -> list[tuple[int, int]] | None:
+    """[(offset, size)] per parameter from cuFuncGetParamInfo, or None where the driver lacks it."""
+    drv = driver.bindings()
+    fn = getattr(drv, "cuFuncGetParamInfo", None)
+    if fn is None:
+        return None
+    out = []
+    while True:
+        err, offset, size = fn(func, len(out))
+        if err:
+            if not out and err != drv.CUresult.CUDA_ERROR_INVALID_VALUE:
+                return None
+            break
+        out.append((int(offset), int(size)))
+    return out
+
+
+def load(code: ObjectCode | bytes | str | os.PathLike, *, jit_options: JitOptions | None = None) -> Module:
+    """Load compiled or linked code (ObjectCode, LinkResult, bytes, or a file path).
+
+    Loading happens in the current context when the first kernel or global is asked for.
+    """
+    obj = _as_object(code)
+    if jit_options is not None and not isinstance(jit_options, JitOptions):
+        raise ArgumentError("jit_options must be a kjit.JitOptions")
+    mod = Module(obj, jit_options)
+    mod._handle()  # load now so that load errors and logs surface here, not at first launch
+    return mod

@@ -1,0 +1,142 @@
+"""The parameter buffer and argument checks, on the CPU: layouts follow the device's
+alignment rules, and every bad argument is refused with the parameter's name."""
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import numpy as np
+import pytest
+
+from kjit.errors import ArgumentError
+from kjit.runtime.cdecl import parse_signatures, parse_structs, parse_type, struct_dtype
+from kjit.runtime.mangled import parameter_types
+from kjit.runtime.params import Packer, convert, layout, ptr
+
+
+def packer_for(src: str, name: str) -> Packer:
+    sig = parse_signatures(src)[name]
+    slots = layout([p.ctype for p in sig.params], [p.name for p in sig.params], None)
+    return Packer(name, slots, device=0)
+
+
+SEED002 = r'''extern "C" __global__ void params(int i, float4 f4, char c, float f, float* out, float2 f2) {}'''
+
+
+def test_seed002_layout_and_bytes():
+    pk = packer_for(SEED002, "params")
+    assert [(s.offset, s.size) for s in pk.slots] == [(0, 4), (16, 16), (32, 1), (36, 4), (40, 8), (48, 8)]
+    values = pk.convert_all((-7, (1.0, 2.0, 3.0, 4.0), 65, 0.5, ptr(0x1000), (5.0, 6.0)), [])
+    buf = bytearray(pk.size)
+    pk.struct.pack_into(buf, 0, *values)
+    assert struct.unpack_from("<i", buf, 0)[0] == -7
+    assert struct.unpack_from("<4f", buf, 16) == (1.0, 2.0, 3.0, 4.0)
+    assert buf[32] == 65
+    assert struct.unpack_from("<f", buf, 36)[0] == 0.5
+    assert struct.unpack_from("<Q", buf, 40)[0] == 0x1000
+    assert struct.unpack_from("<2f", buf, 48) == (5.0, 6.0)
+
+
+def test_struct_device_layout_differs_from_host():
+    structs = parse_structs("typedef struct { float f; float4 f4; } myStruct;")
+    s = structs["myStruct"]
+    assert (s.size, s.align) == (32, 16)
+    assert struct_dtype(s).fields["f4"][1] == 16
+
+    class F4(ctypes.Structure):
+        _fields_ = [(c, ctypes.c_float) for c in "xyzw"]
+
+    class Host(ctypes.Structure):
+        _fields_ = [("f", ctypes.c_float), ("f4", F4)]
+    pk = packer_for("typedef struct { float f; float4 f4; } myStruct;\n"
+                    'extern "C" __global__ void k(myStruct s) {}', "k")
+    raw = pk.convert_all((Host(1.0, F4(2, 3, 4, 5)),), [])[0]
+    assert len(raw) == 32
+    assert struct.unpack_from("<f", raw, 0)[0] == 1.0
+    assert struct.unpack_from("<4f", raw, 16) == (2, 3, 4, 5)
+
+
+def test_float_goes_in_as_float32_and_int_as_int32():
+    pk = packer_for(r'extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {}', "saxpy")
+    assert pk.format == "<f4xQQi"   # x aligned to 8 after the float
+    fill = pk.make_fill()
+    buf = ctypes.create_string_buffer(pk.size)
+    fill(buf, [], 2.0, ptr(16), ptr(32), 7)
+    assert struct.unpack_from("<f4xQQi", buf.raw) == (2.0, 16, 32, 7)
+
+
+@pytest.mark.parametrize("value, match", [
+    (2**31, "does not fit"), (1.5, "expected an integer"), ("3", "expected an integer"),
+])
+def test_int_parameter_refuses(value, match):
+    pk = packer_for(r'extern "C" __global__ void k(int n) {}', "k")
+    with pytest.raises(ArgumentError, match=match) as err:
+        pk.convert_all((value,), [])
+    assert "'n'" in str(err.value)
+
+
+def test_float_parameter_checks():
+    pk = packer_for(r'extern "C" __global__ void k(float a, __half h) {}', "k")
+    with pytest.raises(ArgumentError, match="exactly"):
+        pk.convert_all((2**24 + 1, 1.0), [])
+    with pytest.raises(ArgumentError, match="overflows"):
+        pk.convert_all((1e39, 1.0), [])
+    with pytest.raises(ArgumentError, match="overflows"):
+        pk.convert_all((1.0, 70000.0), [])
+    assert pk.convert_all((np.float32(1.5), np.float16(2)), []) == [1.5, 2.0]
+
+
+def test_pointer_parameter_refuses_host_arrays_and_bare_ints():
+    pk = packer_for(r'extern "C" __global__ void k(const float* x) {}', "k")
+    with pytest.raises(ArgumentError, match="kjit.to_device"):
+        pk.convert_all((np.ones(3, np.float32),), [])
+    with pytest.raises(ArgumentError, match="kjit.ptr"):
+        pk.convert_all((12345,), [])
+    with pytest.raises(ArgumentError, match="takes 1 arguments"):
+        pk.convert_all((), [])
+
+
+class FakeCAI:
+    """A foreign array described only by __cuda_array_interface__ (address 0: never dereferenced)."""
+
+    def __init__(self, typestr, shape=(4,), strides=None):
+        self.__cuda_array_interface__ = {"data": (0, False), "typestr": typestr, "shape": shape,
+                                         "strides": strides, "version": 3}
+
+
+def test_cuda_array_interface_dtype_and_strides_are_checked():
+    pk = packer_for(r'extern "C" __global__ void k(double* x) {}', "k")
+    with pytest.raises(ArgumentError, match="float32"):
+        pk.convert_all((FakeCAI("<f4"),), [])
+    with pytest.raises(ArgumentError, match="C-contiguous"):
+        pk.convert_all((FakeCAI("<f8", (4,), (16,)),), [])
+
+
+def test_unknown_types_accept_only_unambiguous_values():
+    slots = layout([None], ["arg0"], [(0, 4)])
+    pk = Packer("k", slots, 0)
+    with pytest.raises(ArgumentError, match="ambiguous"):
+        pk.convert_all((1.0,), [])
+    assert pk.convert_all((np.float32(1.0),), [])[0] == struct.pack("<f", 1.0)
+
+
+def test_driver_size_disagreement_is_an_error():
+    with pytest.raises(ArgumentError, match="driver says"):
+        layout([parse_type("double")], ["x"], [(0, 4)])
+
+
+@pytest.mark.parametrize("mangled, expected", [
+    ("_Z4axpyIfEvT_PKS0_PS0_i", ["float", "const float*", "float*", "int"]),
+    ("_Z6unrollIfLi4EEvPT_PKS0_m", ["float*", "const float*", "unsigned long"]),
+    ("_Z5plainf6float4PK1PS0_N2ns1QEh", ["float", "float4", "const P*", "P", "ns::Q", "unsigned char"]),
+    ("_Z3twoIifEvT_T0_PKS0_PKS1_PS0_", ["int", "float", "const int*", "const float*", "int*"]),
+    ("_Z6nestedN2ns1WIfEEPKS1_x", ["ns::W<float>", "const ns::W<float>*", "long long"]),
+])
+def test_mangled_parameter_types(mangled, expected):
+    assert parameter_types(mangled) == expected
+
+
+def test_mangled_names_from_nvrtc_round_trip(template_src):
+    import kjit
+    obj = kjit.compile(template_src, arch="sm_90", name_expressions=["axpy<double>"])
+    assert parameter_types(obj.symbols["axpy<double>"]) == ["double", "const double*", "double*", "int"]

@@ -1,0 +1,345 @@
+"""Load and launch on a real GPU: every check compares with numpy on fresh random inputs."""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import kjit
+from kjit.errors import ArgumentError, DriverError, KernelNotFoundError
+
+pytestmark = pytest.mark.gpu
+rng = np.random.default_rng()
+
+SAXPY = r'''
+extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}'''
+
+
+@kjit.kernel
+def saxpy():
+    return SAXPY
+
+
+def test_decorator_saxpy_float_arrives_as_float():
+    n = 10_001
+    xh = rng.standard_normal(n).astype(np.float32)
+    yh = rng.standard_normal(n).astype(np.float32)
+    x, y = kjit.to_device(xh), kjit.to_device(yh)
+    saxpy[kjit.cdiv(n, 256), 256](2.5, x, y, n)
+    np.testing.assert_allclose(y.get(), 2.5 * xh + yh, rtol=1e-6)
+
+
+@kjit.kernel(options=kjit.CompileOptions(fast_math=False))
+def scale(T="float", FACTOR=3):
+    return f'''
+    extern "C" __global__ void scale({T}* out, const {T}* in, int n) {{
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) out[i] = in[i] * ({T}){FACTOR};
+    }}'''
+
+
+def test_specialize_compiles_each_specialization_once():
+    n = 777
+    for T, dt in (("float", np.float32), ("double", np.float64)):
+        k = scale.specialize(T=T, FACTOR=5)
+        assert k is scale.specialize(T=T, FACTOR=5)
+        src = rng.standard_normal(n).astype(dt)
+        out = kjit.empty(n, dt)
+        k[kjit.cdiv(n, 128), 128](out, kjit.to_device(src), n)
+        np.testing.assert_allclose(out.get(), src * 5, rtol=1e-6)
+    with pytest.raises(ArgumentError, match="float64"):   # double array into the float kernel
+        scale[1, 32](kjit.empty(4, np.float64), kjit.empty(4, np.float64), 4)
+
+
+def test_load_with_jit_options_logs_attributes_and_occupancy():
+    obj = kjit.compile(SAXPY, target="ptx", arch=f"compute_{kjit.Device(0).arch[3:]}")
+    mod = kjit.load(obj, jit_options=kjit.JitOptions(max_registers=32, optimization_level=3,
+                                                     log_verbose=True, generate_line_info=True))
+    assert mod.jit_wall_time_ms > 0
+    assert "saxpy" in mod.info_log or mod.info_log  # verbose JIT reports register use
+    k = mod.get_function("saxpy")
+    assert 0 < k.attributes.num_regs <= 32
+    assert k.attributes.max_threads_per_block >= 256
+    assert k.max_active_blocks(256) >= 1
+    min_grid, block = k.suggested_block_size()
+    assert min_grid > 0 and 32 <= block <= 1024
+    with pytest.raises(KernelNotFoundError, match="saxpy"):
+        mod.get_function("saxpy_typo")
+
+
+def test_default_compile_target_is_the_device_cubin():
+    obj = kjit.compile(SAXPY)
+    assert obj.kind == "cubin" and obj.arch == kjit.Device(0).arch
+
+
+def test_globals_and_constant_memory():
+    src = r'''
+    __constant__ float coeffs[16];
+    __device__ int counter;
+    extern "C" __global__ void poly(const float* x, float* y, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) { float acc = 0.f; for (int k = 15; k >= 0; --k) acc = acc * x[i] + coeffs[k]; y[i] = acc; }
+        if (i == 0) counter = 42;
+    }'''
+    mod = kjit.load(kjit.compile(src))
+    c = rng.standard_normal(16).astype(np.float32)
+    g = mod.get_global("coeffs")
+    assert g.nbytes == 64
+    g.copy_from_host(c)
+    np.testing.assert_array_equal(g.copy_to_host(np.float32), c)
+    with pytest.raises(ArgumentError):
+        g.copy_from_host(np.ones(8, np.float32))
+    n = 1000
+    xh = rng.uniform(-1, 1, n).astype(np.float32)
+    y = kjit.empty(n, np.float32)
+    mod.get_function("poly")[kjit.cdiv(n, 256), 256](kjit.to_device(xh), y, n)
+    np.testing.assert_allclose(y.get(), np.polyval(c[::-1].astype(np.float64), xh), rtol=1e-4, atol=1e-4)
+    assert mod.get_global("counter").copy_to_host(np.int32)[0] == 42
+
+
+def test_name_expressions_and_mangled_types():
+    src = r'''
+    template <typename T>
+    __global__ void axpy(T a, const T* x, T* y, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = a * x[i] + y[i];
+    }'''
+    obj = kjit.compile(src, name_expressions=["axpy<float>", "axpy<double>"])
+    mod = kjit.load(obj)
+    n = 333
+    for expr, dt in (("axpy<float>", np.float32), ("axpy<double>", np.float64)):
+        k = mod.get_function(expr)
+        assert [s.ctype.name for s in k.params] == [dt.__name__ if False else
+                                                      ("float" if dt is np.float32 else "double"),
+                                                      f"const {'float' if dt is np.float32 else 'double'}*",
+                                                      f"{'float' if dt is np.float32 else 'double'}*", "int"]
+        xh, yh = rng.standard_normal(n).astype(dt), rng.standard_normal(n).astype(dt)
+        y = kjit.to_device(yh)
+        k[2, 256](0.5, kjit.to_device(xh), y, n)
+        np.testing.assert_allclose(y.get(), 0.5 * xh + yh, rtol=1e-6)
+
+
+SEED002 = r'''
+extern "C" __global__ void params(int i, float4 f4, char c, float f, float* out, float2 f2) {
+    out[0] = (float)i; out[1] = f4.x; out[2] = f4.y; out[3] = f4.z; out[4] = f4.w;
+    out[5] = (float)c; out[6] = f; out[7] = f2.x; out[8] = f2.y;
+}'''
+
+
+def test_seed002_parameter_buffer_layout():
+    k = kjit.load(kjit.compile(SEED002)).get_function("params")
+    assert [s.offset for s in k.params] == [0, 16, 32, 36, 40, 48]
+    vals = rng.standard_normal(7).astype(np.float32)
+    out = kjit.zeros(9, np.float32)
+    k[1, 1](-7, tuple(vals[:4]), 65, float(vals[4]), out, (vals[5], vals[6]))
+    np.testing.assert_array_equal(out.get(), np.array([-7, *vals[:4], 65, vals[4], vals[5], vals[6]], np.float32))
+
+
+STRUCT_SRC = r'''
+typedef struct { float f; float4 f4; } myStruct;
+extern "C" __global__ void unpack(myStruct s, float* out) {
+    out[0] = s.f; out[1] = s.f4.x; out[2] = s.f4.y; out[3] = s.f4.z; out[4] = s.f4.w;
+}'''
+
+
+class Float4(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_float), ("y", ctypes.c_float), ("z", ctypes.c_float), ("w", ctypes.c_float)]
+
+
+class HostStruct(ctypes.Structure):   # host layout: f4 at offset 4, size 20
+    _fields_ = [("f", ctypes.c_float), ("f4", Float4)]
+
+
+def test_struct_whose_host_and_device_layouts_differ():
+    k = kjit.load(kjit.compile(STRUCT_SRC)).get_function("unpack")
+    assert k.params[0].size == 32          # device: f4 aligned to 16
+    assert ctypes.sizeof(HostStruct) == 20
+    v = rng.standard_normal(5).astype(np.float32)
+    expect = v.copy()
+    out = kjit.zeros(5, np.float32)
+    k[1, 1](HostStruct(v[0], Float4(*v[1:])), out)
+    np.testing.assert_array_equal(out.get(), expect)
+    host_dt = np.dtype([("f", np.float32), ("f4", [("x", "f4"), ("y", "f4"), ("z", "f4"), ("w", "f4")])])
+    rec = np.zeros((), host_dt)
+    rec["f"], rec["f4"] = v[0], tuple(v[1:])
+    out2 = kjit.zeros(5, np.float32)
+    k[1, 1](rec, out2)
+    np.testing.assert_array_equal(out2.get(), expect)
+    out3 = kjit.zeros(5, np.float32)
+    k[1, 1]({"f": v[0], "f4": tuple(v[1:])}, out3)
+    np.testing.assert_array_equal(out3.get(), expect)
+
+
+def test_argument_errors_before_launch():
+    n = 64
+    x, y = kjit.to_device(rng.standard_normal(n).astype(np.float32)), kjit.zeros(n, np.float32)
+    launch = saxpy[1, 64]
+    with pytest.raises(ArgumentError, match="host numpy array"):
+        launch(1.0, np.ones(n, np.float32), y, n)
+    with pytest.raises(ArgumentError, match="takes 4 arguments"):
+        launch(1.0, x, y)
+    with pytest.raises(ArgumentError, match="float64"):
+        launch(1.0, kjit.zeros(n, np.float64), y, n)
+    with pytest.raises(ArgumentError, match="does not fit"):
+        launch(1.0, x, y, 2**40)
+    with pytest.raises(ArgumentError, match="expected an integer"):
+        launch(1.0, x, y, 64.0)
+    with pytest.raises(ArgumentError, match="overflows"):
+        launch(1e300, x, y, n)
+    with pytest.raises(ArgumentError, match="kjit.ptr"):
+        launch(1.0, x.ptr, y, n)
+    with pytest.raises(ArgumentError, match="cannot be represented exactly"):
+        launch(2**24 + 1, x, y, n)
+    np.testing.assert_array_equal(y.get(), np.zeros(n, np.float32))  # nothing was launched
+
+
+def test_raw_pointer_and_numpy_scalars():
+    n = 100
+    xh, yh = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    x, y = kjit.to_device(xh), kjit.to_device(yh)
+    saxpy[1, 128](np.float32(3.0), kjit.ptr(x.ptr), y, np.int64(n))
+    np.testing.assert_allclose(y.get(), 3.0 * xh + yh, rtol=1e-6)
+
+
+def test_launch_from_worker_thread_without_context():
+    n = 4096
+    xh = rng.standard_normal(n).astype(np.float32)
+    x, y = kjit.to_device(xh), kjit.zeros(n, np.float32)
+    errors = []
+
+    def work():
+        try:
+            saxpy[kjit.cdiv(n, 256), 256](1.0, x, y, n)
+            kjit.synchronize()
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert not errors, errors
+    np.testing.assert_allclose(y.get(), xh)
+
+
+def test_device_and_explicit_context():
+    with kjit.Device(0) as dev:
+        assert dev.arch.startswith("sm_")
+    ctx = kjit.Context(0)
+    try:
+        with ctx:
+            mod = kjit.load(kjit.compile(SAXPY))
+            n = 50
+            xh = rng.standard_normal(n).astype(np.float32)
+            x, y = kjit.to_device(xh), kjit.zeros(n, np.float32)
+            mod.get_function("saxpy")[1, 64](1.5, x, y, n)
+            np.testing.assert_allclose(y.get(), 1.5 * xh, rtol=1e-6)
+    finally:
+        ctx.close()
+
+
+def test_streams_events_and_in_out():
+    src = r'''extern "C" __global__ void twice(const double* a, double* b, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) b[i] = 2 * a[i]; }'''
+    k = kjit.load(kjit.compile(src)).get_function("twice")
+    n = 1 << 20
+    a = rng.standard_normal(n)
+    b = np.zeros(n)
+    s = kjit.Stream(non_blocking=True)
+    start, end = kjit.Event(), kjit.Event()
+    start.record(s)
+    k[kjit.cdiv(n, 256), 256, s](kjit.In(a), kjit.Out(b), n)
+    end.record(s)
+    assert end.elapsed_time(start) > 0
+    np.testing.assert_array_equal(b, 2 * a)
+    c = a.copy()
+    k.launch(kjit.cdiv(n, 256), 256, kjit.to_device(a), kjit.InOut(c), n, stream=s)
+    np.testing.assert_array_equal(c, 2 * a)
+
+
+def test_dynamic_shared_memory_above_48k():
+    src = r'''extern "C" __global__ void rev(const float* x, float* y, int n) {
+        extern __shared__ float buf[];
+        int t = threadIdx.x;
+        for (int i = t; i < n; i += blockDim.x) buf[i] = x[i];
+        __syncthreads();
+        for (int i = t; i < n; i += blockDim.x) y[i] = buf[n - 1 - i];
+    }'''
+    k = kjit.load(kjit.compile(src)).get_function("rev")
+    n = 16 * 1024  # 64 KiB of floats
+    xh = rng.standard_normal(n).astype(np.float32)
+    y = kjit.empty(n, np.float32)
+    k[1, 256, None, n * 4](kjit.to_device(xh), y, n)
+    np.testing.assert_array_equal(y.get(), xh[::-1])
+
+
+def test_cooperative_and_cluster_launch():
+    src = r'''extern "C" __global__ void rank(unsigned* out) {
+        unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+        if (threadIdx.x == 0) out[blockIdx.x] = r + 100u * blockIdx.x;
+    }'''
+    k = kjit.load(kjit.compile(src)).get_function("rank")
+    out = kjit.zeros(8, np.uint32)
+    k.launch(8, 32, out, cluster=(2, 1, 1))
+    np.testing.assert_array_equal(out.get(), np.array([100 * b + b % 2 for b in range(8)], np.uint32))
+    out2 = kjit.zeros(4, np.uint32)
+    k.launch(4, 32, out2, cooperative=True)
+    np.testing.assert_array_equal(out2.get() // 100, np.arange(4))
+    with pytest.raises(ArgumentError, match="exceeds"):
+        k.launch(10_000_000, 1024, out, cooperative=True)
+    with pytest.raises(ArgumentError, match="multiple"):
+        k.launch(7, 32, out, cluster=(2, 1, 1))
+
+
+def test_illegal_address_reported_at_synchronize_with_kernel_name():
+    code = textwrap.dedent('''
+        import kjit
+        src = 'extern "C" __global__ void bad_kernel(int* p) { p[threadIdx.x] = 1; }'
+        k = kjit.load(kjit.compile(src)).get_function("bad_kernel")
+        k[1, 32](kjit.ptr(8))
+        try:
+            kjit.synchronize()
+        except kjit.DriverError as e:
+            print("CAUGHT", e.cuda_name, e.runtime_name, e.hip_name, "|", e)
+    ''')
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "CAUGHT CUDA_ERROR_ILLEGAL_ADDRESS cudaErrorIllegalAddress hipErrorIllegalAddress" in out.stdout, out.stderr
+    assert "bad_kernel" in out.stdout
+
+
+def test_torch_and_cupy_interop():
+    torch = pytest.importorskip("torch")
+    n = 1000
+    x = torch.randn(n, device="cuda", dtype=torch.float32)
+    y = torch.randn(n, device="cuda", dtype=torch.float32)
+    expect = 2 * x + y
+    s = torch.cuda.current_stream()
+    saxpy[kjit.cdiv(n, 256), 256, s](2.0, x, y, n)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, expect)
+    with pytest.raises(ArgumentError, match="not C-contiguous"):
+        saxpy[1, 32](2.0, x[::2], y, 10)
+    arr = kjit.to_device(np.arange(10, dtype=np.float32))
+    t = torch.from_dlpack(arr)
+    assert t.device.type == "cuda" and t.cpu().tolist() == list(range(10))
+    t2 = torch.as_tensor(arr, device="cuda")  # via __cuda_array_interface__
+    assert t2.data_ptr() == arr.ptr
+    cp = pytest.importorskip("cupy")
+    cx, cy = cp.asarray(rng.standard_normal(n).astype(np.float32)), cp.zeros(n, cp.float32)
+    saxpy[kjit.cdiv(n, 256), 256](1.0, cx, cy, n)
+    cp.cuda.Device().synchronize()
+    np.testing.assert_allclose(cp.asnumpy(cy), cp.asnumpy(cx))
+    dl = torch.zeros(n, device="cuda")
+    class DlpackOnly:  # exercises the __dlpack__ import path alone
+        def __init__(self, t): self.t = t
+        def __dlpack__(self, **kw): return self.t.__dlpack__(**kw)
+        def __dlpack_device__(self): return self.t.__dlpack_device__()
+    saxpy[kjit.cdiv(n, 256), 256](1.0, cx, DlpackOnly(dl), n)
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(dl.cpu().numpy(), cp.asnumpy(cx))
