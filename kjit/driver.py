@@ -120,6 +120,9 @@ def compute_capability(ordinal: int = 0) -> tuple[int, int]:
 # thread on demand, so work started from any thread finds a context.
 
 _primary: dict[int, Any] = {}
+# Contexts kjit destroyed: memory and modules that lived in them are gone with them, and
+# touching them again (a late free, an unload) would crash the driver, so they are skipped.
+destroyed_contexts: set[int] = set()
 
 
 def primary_context(ordinal: int) -> Any:

@@ -11,6 +11,8 @@ from ..errors import ArgumentError
 
 
 def _free(ptr: int, ctx: Any) -> None:
+    if int(ctx) in driver.destroyed_contexts:
+        return
     drv = driver.bindings()
     try:
         drv.cuCtxPushCurrent(ctx)

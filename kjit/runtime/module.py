@@ -212,8 +212,9 @@ class Module:
             return
         self._closed = True
         drv = driver.bindings()
-        for h in self._handles.values():
-            drv.cuModuleUnload(h)
+        for ctx, h in self._handles.items():
+            if ctx not in driver.destroyed_contexts:
+                drv.cuModuleUnload(h)
         self._handles.clear()
         self._kernels.clear()
 
