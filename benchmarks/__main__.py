@@ -1,0 +1,133 @@
+"""`python -m benchmarks all [--json FILE] [--plot FILE]`: launch cost, compile and cache,
+and build, in one run on the GPU machine; prints a table last."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+
+TARGET_LAUNCH_RATIO = 1.10
+TARGET_FRESH_RATIO = 1.15
+TARGET_IMPORT_MS = 100
+TARGET_REPEAT_US = 20
+
+
+def machine() -> dict:
+    import kjit
+    from kjit.cli.info import gather
+    info = gather()
+    return {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
+            "gpu": [d["name"] for d in info["devices"]], "driver": info["driver"],
+            "nvrtc": info["nvrtc"], "cuda_bindings": info["cuda_bindings"], "kjit": kjit.__version__}
+
+
+def table(results: dict) -> str:
+    lines = ["=== benchmark table ==="]
+    m = results["machine"]
+    lines.append(f"{', '.join(m['gpu'])}, driver {m['driver']}, NVRTC {m['nvrtc']}, "
+                 f"cuda-bindings {m['cuda_bindings']}, Python {m['python']}, {m['date']}")
+    launch = results.get("launch", {})
+    c = launch.get("C cuLaunchKernel", {})
+    if c:
+        lines.append("host-side launch cost, us per launch (ratio to C)")
+        lines.append(f"{'toolkit':28s}" + "".join(f"{f'{n} args':>18s}" for n in c))
+        for name, row in launch.items():
+            if isinstance(row, str):
+                lines.append(f"{name:28s}  {row}")
+                continue
+            cells = "".join(f"{row[n]:>9.2f} ({row[n] / c[n]:4.2f}x)" for n in row)
+            lines.append(f"{name:28s}{cells}")
+    cc = results.get("compile_cache", {})
+    if cc:
+        lines.append("compile and cache")
+        for k, v in cc.items():
+            lines.append(f"  {k:52s} {v:10.2f}" if isinstance(v, float) else f"  {k:52s} {v}")
+        bare = cc.get("bare driver fresh process to first launch ms")
+        fresh = cc.get("kjit fresh process to first launch ms")
+        if bare and fresh:
+            lines.append(f"  {'kjit fresh process / bare driver':52s} {fresh / bare:10.2f}x "
+                         f"(target <= {TARGET_FRESH_RATIO})")
+    b = results.get("build", {})
+    if b:
+        lines.append("kjit build of the example library")
+        for k, v in b.items():
+            lines.append(f"  {k:52s} {v:10.1f}" if isinstance(v, float) else f"  {k:52s} {v}")
+    lines.append("targets: " + ", ".join(f"{k}: {'met' if ok else 'MISSED'}" for k, ok in targets(results).items()))
+    return "\n".join(lines)
+
+
+def targets(results: dict) -> dict[str, bool]:
+    out = {}
+    launch = results.get("launch", {})
+    c = launch.get("C cuLaunchKernel")
+    k = launch.get("kjit k[grid, block](...)")
+    if isinstance(c, dict) and isinstance(k, dict):
+        for n in c:
+            out[f"launch {n} args <= {TARGET_LAUNCH_RATIO}x C"] = k[n] / c[n] <= TARGET_LAUNCH_RATIO
+    cc = results.get("compile_cache", {})
+    if "kjit fresh process to first launch ms" in cc:
+        out[f"fresh process <= {TARGET_FRESH_RATIO}x bare"] = (
+            cc["kjit fresh process to first launch ms"] / cc["bare driver fresh process to first launch ms"]
+            <= TARGET_FRESH_RATIO)
+    if "import kjit ms" in cc:
+        out[f"import kjit <= {TARGET_IMPORT_MS} ms"] = cc["import kjit ms"] <= TARGET_IMPORT_MS
+    if "kjit in-process repeat us" in cc:
+        out[f"repeat compile <= {TARGET_REPEAT_US} us"] = cc["kjit in-process repeat us"] <= TARGET_REPEAT_US
+    return out
+
+
+def plot(results: dict, path: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    launch = {k: v for k, v in results.get("launch", {}).items() if isinstance(v, dict)}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, row in launch.items():
+        xs = list(row)
+        ax.plot([int(x) for x in xs], [row[x] for x in xs], marker="o", label=name)
+    ax.set_xlabel("kernel arguments")
+    ax.set_ylabel("host µs per launch (median)")
+    ax.set_xticks([1, 3, 16])
+    m = results["machine"]
+    ax.set_title(f"Launch cost by argument count — {', '.join(m['gpu'])}, {m['date']}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks")
+    p.add_argument("which", nargs="?", default="all", choices=["all", "launch", "compile", "build"])
+    p.add_argument("--json", help="write the results as JSON here")
+    p.add_argument("--plot", help="write the launch-cost plot (PNG) here")
+    args = p.parse_args(argv)
+    results: dict = {"machine": machine()}
+    if args.which in ("all", "launch"):
+        from . import launch
+        results["launch"] = {k: ({int(n): v for n, v in row.items()} if isinstance(row, dict) else row)
+                             for k, row in launch.run().items()}
+    if args.which in ("all", "compile"):
+        from . import compile_cache
+        results["compile_cache"] = compile_cache.run()
+    if args.which in ("all", "build"):
+        from . import build
+        results["build"] = build.run()
+    results["targets"] = targets(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2, default=str)
+    if args.plot:
+        plot(results, args.plot)
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

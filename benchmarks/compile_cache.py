@@ -1,0 +1,151 @@
+"""Benchmark 2: compile and cache. Cold compile, in-process repeat, and a fresh process from
+start to its first launch with a warm disk cache, for kjit, CuPy and cuda.core; import time
+on its own; and a kernel whose header lives in an include directory."""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import kjit
+
+from .kernels import launch_source
+
+SRC = launch_source(3)
+FRESH_RUNS = 7
+
+
+def _fresh(code: str, env: dict) -> float:
+    """Milliseconds from spawning `python -c code` to the moment it prints after its first
+    launch completed (median of FRESH_RUNS)."""
+    samples = []
+    for _ in range(FRESH_RUNS):
+        t0 = time.time()
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, timeout=300)
+        if res.returncode != 0 or "OK" not in res.stdout:
+            raise SystemExit(f"fresh-process run failed:\n{res.stdout}\n{res.stderr}")
+        t_done = float(res.stdout.split("OK")[1].split()[0])
+        samples.append((t_done - t0) * 1e3)
+    return statistics.median(samples)
+
+
+BARE = '''
+import ctypes, time
+from cuda.bindings import driver as d
+d.cuInit(0); _, dev = d.cuDeviceGet(0); _, ctx = d.cuDevicePrimaryCtxRetain(dev); d.cuCtxSetCurrent(ctx)
+_, mod = d.cuModuleLoad({cubin!r}.encode()); _, f = d.cuModuleGetFunction(mod, b"k3")
+_, p = d.cuMemAlloc(64)
+h = [ctypes.c_uint64(int(p)), ctypes.c_int32(7), ctypes.c_float(2.5)]
+arr = (ctypes.c_void_p * 3)(*[ctypes.addressof(x) for x in h])
+d.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, d.CUstream(0), ctypes.addressof(arr), 0); d.cuCtxSynchronize()
+out = ctypes.c_float(); d.cuMemcpyDtoH(ctypes.addressof(out), p, 4); assert out.value == 9.5, out.value
+print("OK", time.time())
+'''
+KJIT = '''
+import time, numpy as np, kjit
+k = kjit.load(kjit.compile({src!r}{extra})).get_function("k3")
+buf = kjit.zeros(16, np.float32); k[1, 32](buf, 7, 2.5); kjit.synchronize()
+assert buf.get()[0] == 9.5
+print("OK", time.time())
+'''
+CUPY = '''
+import time, numpy as np, cupy as cp
+k = cp.RawKernel({src!r}, "k3")
+buf = cp.zeros(16, cp.float32); k((1,), (32,), (buf, np.int32(7), np.float32(2.5))); cp.cuda.Device().synchronize()
+assert float(buf[0].get()) == 9.5
+print("OK", time.time())
+'''
+IMPORT = '''
+import time; t = time.perf_counter(); import {module}; print("OK", (time.perf_counter() - t) * 1e3)
+'''
+
+
+def _import_ms(module: str, env: dict) -> float:
+    samples = []
+    for _ in range(FRESH_RUNS):
+        res = subprocess.run([sys.executable, "-c", IMPORT.format(module=module)],
+                             capture_output=True, text=True, env=env, timeout=120)
+        samples.append(float(res.stdout.split("OK")[1]))
+    return statistics.median(samples)
+
+
+def run() -> dict:
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        env = dict(os.environ, KJIT_CACHE_DIR=str(tmp / "kjit-cache"), CUPY_CACHE_DIR=str(tmp / "cupy-cache"))
+        os.environ["KJIT_CACHE_DIR"] = env["KJIT_CACHE_DIR"]
+        # kjit: cold (a fresh cache), repeat in process, fresh process from disk
+        t0 = time.perf_counter()
+        obj = kjit.compile(SRC)
+        out["kjit cold compile ms"] = (time.perf_counter() - t0) * 1e3
+        assert obj.cache_hit is False
+        n = 20000
+        t0 = time.perf_counter()
+        for _ in range(n):
+            kjit.compile(SRC)
+        out["kjit in-process repeat us"] = (time.perf_counter() - t0) / n * 1e6
+        cubin = tmp / "k3.cubin"
+        obj.save(cubin)
+        out["bare driver fresh process to first launch ms"] = _fresh(BARE.format(cubin=str(cubin)), env)
+        out["kjit fresh process to first launch ms"] = _fresh(KJIT.format(src=SRC, extra=""), env)
+        out["import kjit ms"] = _import_ms("kjit", env)
+        out["import cuda.bindings.driver ms"] = _import_ms("cuda.bindings.driver", env)
+        # a header in an include directory: the key reads it, the disk hit still holds
+        inc = tmp / "include"
+        inc.mkdir()
+        (inc / "coef.h").write_text("#define COEF 2.5f\n")
+        hsrc = '#include "coef.h"\n' + SRC.replace("+ a;", "+ a * (COEF / 2.5f);")
+        opts = f", options=kjit.CompileOptions(include_dirs=[{str(inc)!r}])"
+        t0 = time.perf_counter()
+        kjit.compile(hsrc, options=kjit.CompileOptions(include_dirs=[str(inc)]))
+        out["kjit cold compile with include-dir header ms"] = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        for _ in range(n):
+            kjit.compile(hsrc, options=kjit.CompileOptions(include_dirs=[str(inc)]))
+        out["kjit in-process repeat with header us"] = (time.perf_counter() - t0) / n * 1e6
+        out["kjit fresh process with header ms"] = _fresh(KJIT.format(src=hsrc, extra=opts), env)
+        # CuPy
+        try:
+            import cupy as cp
+            import numpy as np
+            t0 = time.perf_counter()
+            k = cp.RawKernel(SRC + "\n// cold\n", "k3")
+            k.compile()
+            out["cupy cold compile ms"] = (time.perf_counter() - t0) * 1e3
+            t0 = time.perf_counter()
+            for _ in range(2000):
+                cp.RawKernel(SRC + "\n// cold\n", "k3").compile()
+            out["cupy in-process repeat us"] = (time.perf_counter() - t0) / 2000 * 1e6
+            subprocess.run([sys.executable, "-c", CUPY.format(src=SRC)], env=env, check=True,
+                           capture_output=True)  # warm CuPy's disk cache
+            out["cupy fresh process to first launch ms"] = _fresh(CUPY.format(src=SRC), env)
+            out["import cupy ms"] = _import_ms("cupy", env)
+            del np
+        except ImportError as exc:
+            out["cupy"] = f"not installed ({exc})"
+        # cuda.core: Program compile (it has no cache for this case before 1.2)
+        try:
+            try:
+                from cuda.core import Device, Program, ProgramOptions
+            except ImportError:
+                from cuda.core.experimental import Device, Program, ProgramOptions
+            dev = Device(0)
+            dev.set_current()
+            arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
+            t0 = time.perf_counter()
+            Program(SRC, code_type="c++", options=ProgramOptions(arch=arch)).compile("cubin")
+            out["cuda.core cold compile ms"] = (time.perf_counter() - t0) * 1e3
+            t0 = time.perf_counter()
+            for _ in range(20):
+                Program(SRC, code_type="c++", options=ProgramOptions(arch=arch)).compile("cubin")
+            out["cuda.core repeat (no in-process cache) us"] = (time.perf_counter() - t0) / 20 * 1e6
+        except Exception as exc:  # an API change in cuda.core must not hide the other figures
+            out["cuda.core"] = f"unavailable: {type(exc).__name__}: {exc}"
+    return out
