@@ -16,6 +16,8 @@ _CUDA_RE = re.compile(r"^(sm|compute|lto)_(\d{2,3})([af]?)$")
 _HIP_RE = re.compile(r"^gfx[0-9a-f]{3,4}(:(xnack|sramecc)[+-])*$")
 
 ENV_ARCH = "KJIT_ARCH"
+_SUFFIX_FROM = {"a": 90, "f": 100}
+_SUFFIX_NAME = {"a": "arch-specific", "f": "family-specific"}
 
 
 @dataclass(frozen=True)
@@ -46,11 +48,9 @@ def parse(arch: str | int | Arch, backend: str = "cuda") -> Arch:
     """Parse an architecture name; InvalidOptionError names the accepted forms."""
     if isinstance(arch, Arch):
         return arch
-    if isinstance(arch, int):
-        arch = f"sm_{arch}"
-    if not isinstance(arch, str):
-        raise InvalidOptionError(f"arch must be a string like 'sm_90', got {arch!r}")
-    text = arch.strip().lower()
+    if isinstance(arch, bool) or not isinstance(arch, (str, int)):
+        raise InvalidOptionError(f"arch must be a string like 'sm_90' (or an int like 90), got {arch!r}")
+    text = (f"sm_{arch}" if isinstance(arch, int) else arch).strip().lower()
     if backend == "hip":
         if _HIP_RE.match(text):
             return Arch(text, "hip")
@@ -59,10 +59,16 @@ def parse(arch: str | int | Arch, backend: str = "cuda") -> Arch:
             "'gfx942' or 'gfx1100'")
     m = _CUDA_RE.match(text)
     if not m:
+        hint = " (for an AMD GPU pass backend='hip')" if _HIP_RE.match(text) else ""
         raise InvalidOptionError(
             f"arch {arch!r} is not a CUDA architecture: use sm_XY (cubin), sm_XYa / sm_XYf "
-            "(arch- or family-specific) or compute_XY (PTX), e.g. 'sm_90'")
+            f"(arch- or family-specific) or compute_XY (PTX), e.g. 'sm_90'{hint}")
     kind, number, suffix = m.group(1), int(m.group(2)), m.group(3)
+    # Arch-specific targets start at sm_90, family targets at sm_100.
+    if suffix and number < _SUFFIX_FROM[suffix]:
+        raise InvalidOptionError(
+            f"arch {arch!r}: {_SUFFIX_NAME[suffix]} ('{suffix}') targets exist from "
+            f"sm_{_SUFFIX_FROM[suffix]} on; use sm_{number}")
     return Arch(f"{'compute' if kind != 'sm' else 'sm'}_{number}{suffix}", "cuda", number,
                 suffix, virtual=kind != "sm")
 
@@ -110,7 +116,10 @@ def resolve(arch: str | int | Arch | None, backend: str = "cuda") -> Arch:
             return found
     env = os.environ.get(ENV_ARCH, "").strip()
     if env:
-        return parse(env, backend)
+        try:
+            return parse(env, backend)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"${ENV_ARCH}={env!r} is not usable: {exc}") from None
     example = "gfx90a" if backend == "hip" else "sm_90"
     raise InvalidOptionError(
         f"no architecture given and none can be detected (no {'GPU' if backend == 'cuda' else 'AMD GPU'} "

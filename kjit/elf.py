@@ -9,6 +9,8 @@ import struct
 from dataclasses import dataclass
 from functools import cached_property
 
+from .errors import InvalidOptionError
+
 EM_CUDA = 190
 EM_AMDGPU = 224
 ET_REL, ET_EXEC, ET_DYN = 1, 2, 3
@@ -19,8 +21,8 @@ STO_CUDA_ENTRY = 0x10
 SHT_SYMTAB = 2
 
 
-class ElfFormatError(ValueError):
-    """The bytes are not a well-formed ELF64 little-endian file."""
+class ElfFormatError(InvalidOptionError):
+    """The bytes are not a well-formed ELF64 little-endian file (a KjitError and a ValueError)."""
 
 
 @dataclass(frozen=True)
@@ -104,9 +106,12 @@ class ElfFile:
         for sec in secs:
             if sec.type != SHT_SYMTAB or sec.link >= len(secs):
                 continue
+            if sec.offset + sec.size > len(self.data):
+                raise ElfFormatError("symbol table lies outside the file (truncated?)")
             strsec = secs[sec.link]
             strtab = (0, 0, 0, strsec.offset, strsec.size)
-            for off in range(sec.offset, sec.offset + sec.size, sec.entsize or 24):
+            step = max(sec.entsize, 24)  # Elf64_Sym is 24 bytes
+            for off in range(sec.offset, sec.offset + sec.size - 23, step):
                 name, info, other, shndx, value, size = struct.unpack_from("<IBBHQQ", self.data, off)
                 out.append(Symbol(self._str(strtab, name), value, size, info & 0xF, info >> 4,
                                   other, shndx))

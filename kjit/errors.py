@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 __all__ = [
     "KjitError", "CompileError", "LinkError", "DriverError", "CudaUnavailableError",
     "KernelNotFoundError", "ArgumentError", "InvalidOptionError", "runtime_name", "hip_name",
+    "HIP_ERROR_NAMES",
 ]
 
 
@@ -72,7 +73,8 @@ class LinkError(KjitError):
         return "\n".join(parts)
 
 
-# Runtime and HIP names that are not the CamelCase of the driver name.
+# Runtime names that are not the CamelCase of the driver name (checked against
+# cuda.bindings.runtime.cudaError_t by tests/test_errors.py).
 _RUNTIME_OVERRIDES: Mapping[str, str] = {
     "CUDA_ERROR_OUT_OF_MEMORY": "cudaErrorMemoryAllocation",
     "CUDA_ERROR_NOT_INITIALIZED": "cudaErrorInitializationError",
@@ -88,13 +90,68 @@ _RUNTIME_OVERRIDES: Mapping[str, str] = {
     "CUDA_ERROR_INVALID_DEVICE": "cudaErrorInvalidDevice",
     "CUDA_ERROR_ILLEGAL_ADDRESS": "cudaErrorIllegalAddress",
     "CUDA_ERROR_UNKNOWN": "cudaErrorUnknown",
+    "CUDA_ERROR_DEVICE_UNAVAILABLE": "cudaErrorDevicesUnavailable",
+    "CUDA_ERROR_MAP_FAILED": "cudaErrorMapBufferObjectFailed",
+    "CUDA_ERROR_UNMAP_FAILED": "cudaErrorUnmapBufferObjectFailed",
+    "CUDA_ERROR_ECC_UNCORRECTABLE": "cudaErrorECCUncorrectable",
+    "CUDA_ERROR_CONTEXT_ALREADY_IN_USE": "cudaErrorDeviceAlreadyInUse",
+    "CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC": "cudaErrorUnsupportedDevSideSync",
+    "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE": "cudaErrorSetOnActiveProcess",
 }
+# Driver errors the runtime has no code for: their runtime_name is None, not a made-up name.
+_NO_RUNTIME_TWIN = frozenset({
+    "CUDA_ERROR_CONTEXT_ALREADY_CURRENT", "CUDA_ERROR_MULTICAST_RESOURCE_FULL",
+    "CUDA_ERROR_KEY_ROTATION",
+})
+
+# hipError_t (hip_runtime_api.h, ROCm 5-6). HIP reuses the CUDA numbers for the errors both
+# have, except 911 and 912, which HIP gave to errors CUDA numbers differently.
+HIP_ERROR_NAMES: Mapping[int, str] = {
+    0: "hipSuccess", 1: "hipErrorInvalidValue", 2: "hipErrorOutOfMemory",
+    3: "hipErrorNotInitialized", 4: "hipErrorDeinitialized", 5: "hipErrorProfilerDisabled",
+    6: "hipErrorProfilerNotInitialized", 7: "hipErrorProfilerAlreadyStarted",
+    8: "hipErrorProfilerAlreadyStopped", 9: "hipErrorInvalidConfiguration",
+    12: "hipErrorInvalidPitchValue", 13: "hipErrorInvalidSymbol",
+    17: "hipErrorInvalidDevicePointer", 21: "hipErrorInvalidMemcpyDirection",
+    35: "hipErrorInsufficientDriver", 52: "hipErrorMissingConfiguration",
+    53: "hipErrorPriorLaunchFailure", 98: "hipErrorInvalidDeviceFunction",
+    100: "hipErrorNoDevice", 101: "hipErrorInvalidDevice", 200: "hipErrorInvalidImage",
+    201: "hipErrorInvalidContext", 202: "hipErrorContextAlreadyCurrent",
+    205: "hipErrorMapFailed", 206: "hipErrorUnmapFailed", 207: "hipErrorArrayIsMapped",
+    208: "hipErrorAlreadyMapped", 209: "hipErrorNoBinaryForGpu",
+    210: "hipErrorAlreadyAcquired", 211: "hipErrorNotMapped",
+    212: "hipErrorNotMappedAsArray", 213: "hipErrorNotMappedAsPointer",
+    214: "hipErrorECCNotCorrectable", 215: "hipErrorUnsupportedLimit",
+    216: "hipErrorContextAlreadyInUse", 217: "hipErrorPeerAccessUnsupported",
+    218: "hipErrorInvalidKernelFile", 219: "hipErrorInvalidGraphicsContext",
+    300: "hipErrorInvalidSource", 301: "hipErrorFileNotFound",
+    302: "hipErrorSharedObjectSymbolNotFound", 303: "hipErrorSharedObjectInitFailed",
+    304: "hipErrorOperatingSystem", 400: "hipErrorInvalidHandle",
+    401: "hipErrorIllegalState", 500: "hipErrorNotFound", 600: "hipErrorNotReady",
+    700: "hipErrorIllegalAddress", 701: "hipErrorLaunchOutOfResources",
+    702: "hipErrorLaunchTimeOut", 704: "hipErrorPeerAccessAlreadyEnabled",
+    705: "hipErrorPeerAccessNotEnabled", 708: "hipErrorSetOnActiveProcess",
+    709: "hipErrorContextIsDestroyed", 710: "hipErrorAssert",
+    712: "hipErrorHostMemoryAlreadyRegistered", 713: "hipErrorHostMemoryNotRegistered",
+    719: "hipErrorLaunchFailure", 720: "hipErrorCooperativeLaunchTooLarge",
+    801: "hipErrorNotSupported", 900: "hipErrorStreamCaptureUnsupported",
+    901: "hipErrorStreamCaptureInvalidated", 902: "hipErrorStreamCaptureMerge",
+    903: "hipErrorStreamCaptureUnmatched", 904: "hipErrorStreamCaptureUnjoined",
+    905: "hipErrorStreamCaptureIsolation", 906: "hipErrorStreamCaptureImplicit",
+    907: "hipErrorCapturedEvent", 908: "hipErrorStreamCaptureWrongThread",
+    910: "hipErrorGraphExecUpdateFailure", 911: "hipErrorInvalidChannelDescriptor",
+    912: "hipErrorInvalidTexture", 999: "hipErrorUnknown",
+}
+_HIP_NAMES = frozenset(HIP_ERROR_NAMES.values())
+# HIP names that are not the CamelCase of the driver name.
 _HIP_OVERRIDES: Mapping[str, str] = {
     "CUDA_ERROR_INVALID_PTX": "hipErrorInvalidKernelFile",
+    # HIP has no PTX; a too-new PTX is, to HIP, a kernel file it cannot use.
     "CUDA_ERROR_UNSUPPORTED_PTX_VERSION": "hipErrorInvalidKernelFile",
-    "CUDA_ERROR_INVALID_HANDLE": "hipErrorInvalidHandle",
-    "CUDA_ERROR_NO_BINARY_FOR_GPU": "hipErrorNoBinaryForGpu",
     "CUDA_ERROR_LAUNCH_FAILED": "hipErrorLaunchFailure",
+    "CUDA_ERROR_ECC_UNCORRECTABLE": "hipErrorECCNotCorrectable",
+    "CUDA_ERROR_LAUNCH_TIMEOUT": "hipErrorLaunchTimeOut",
+    "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE": "hipErrorSetOnActiveProcess",
 }
 
 
@@ -103,18 +160,21 @@ def _camel(name: str, prefix: str) -> str:
     return prefix + "".join(w.capitalize() for w in words)
 
 
-def runtime_name(cuda_name: str) -> str:
-    """The CUDA runtime's name for a driver error name."""
+def runtime_name(cuda_name: str) -> str | None:
+    """The CUDA runtime's name for a driver error name; None where the runtime has none."""
     if cuda_name == "CUDA_SUCCESS":
         return "cudaSuccess"
+    if cuda_name in _NO_RUNTIME_TWIN:
+        return None
     return _RUNTIME_OVERRIDES.get(cuda_name) or _camel(cuda_name, "cudaError")
 
 
-def hip_name(cuda_name: str) -> str:
-    """HIP's name for a driver error name."""
+def hip_name(cuda_name: str) -> str | None:
+    """HIP's name for a driver error name; None where HIP has no such error."""
     if cuda_name == "CUDA_SUCCESS":
         return "hipSuccess"
-    return _HIP_OVERRIDES.get(cuda_name) or _camel(cuda_name, "hipError")
+    name = _HIP_OVERRIDES.get(cuda_name) or _camel(cuda_name, "hipError")
+    return name if name in _HIP_NAMES else None
 
 
 class DriverError(KjitError):
@@ -133,8 +193,9 @@ class DriverError(KjitError):
 
     def __str__(self) -> str:
         head = f"{self.call} failed: " if self.call else ""
-        text = (f"{head}{self.cuda_name} ({self.code}; runtime: {self.runtime_name}, "
-                f"HIP: {self.hip_name})")
+        twins = [f"runtime: {self.runtime_name}" if self.runtime_name else "",
+                 f"HIP: {self.hip_name}" if self.hip_name else ""]
+        text = f"{head}{self.cuda_name} ({'; '.join([str(self.code), *filter(None, twins)])})"
         if self.description:
             text += f": {self.description}"
         if self.hint:

@@ -1,6 +1,7 @@
 """ObjectCode: the immutable value that flows between compile, link, cache and load."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -81,11 +82,21 @@ class ObjectCode:
     cache_hit: bool | None = None
 
     def __post_init__(self) -> None:
-        code = bytes(self.code) if not isinstance(self.code, bytes) else self.code
+        code = self.code
+        if isinstance(code, str):  # PTX handed over as text
+            code = code.encode()
+        elif not isinstance(code, bytes):
+            try:  # any buffer (bytearray, memoryview, numpy); bytes(5) would be five NULs
+                code = bytes(memoryview(code))
+            except TypeError:
+                raise InvalidOptionError(
+                    f"ObjectCode code must be bytes, got {type(self.code).__name__}") from None
         object.__setattr__(self, "code", code)
         kind = self.kind or sniff_kind(code)
         if kind not in KINDS:
             raise InvalidOptionError(f"unknown ObjectCode kind {kind!r}; one of {', '.join(KINDS)}")
+        if kind in _ELF_KINDS:
+            kind = _check_elf_kind(code, kind)
         object.__setattr__(self, "kind", kind)
         if self.arch is None:
             object.__setattr__(self, "arch", _arch_from_bytes(code, kind))
@@ -150,7 +161,9 @@ class ObjectCode:
         side = path.with_name(path.name + SIDECAR_SUFFIX)
         if self.symbols or _needs_arch_sidecar(self):
             side.write_text(json.dumps({"kind": self.kind, "arch": self.arch, "name": self.name,
-                                        "symbols": dict(self.symbols)}, indent=1, sort_keys=True))
+                                        "symbols": dict(self.symbols),
+                                        "sha256": hashlib.sha256(self.code).hexdigest()},
+                                       indent=1, sort_keys=True))
         elif side.exists():
             side.unlink()
         return path
@@ -163,6 +176,8 @@ class ObjectCode:
             code = path.read_bytes()
         except FileNotFoundError:
             raise InvalidOptionError(f"no such file: {path}") from None
+        except OSError as exc:
+            raise InvalidOptionError(f"cannot read {path}: {exc.strerror or exc}") from None
         side = path.with_name(path.name + SIDECAR_SUFFIX)
         meta: dict[str, Any] = {}
         if side.exists():
@@ -170,12 +185,45 @@ class ObjectCode:
                 meta = json.loads(side.read_text())
             except ValueError:
                 meta = {}
+            # A sidecar describes the bytes it was written with; one left behind by a file
+            # another tool has since replaced describes nothing.
+            if not isinstance(meta, dict) or (
+                    "sha256" in meta and meta["sha256"] != hashlib.sha256(code).hexdigest()):
+                meta = {}
         return cls(code, kind=kind or "", arch=meta.get("arch"), symbols=meta.get("symbols", {}),
                    name=meta.get("name") or path.name)
 
 
+_ELF_KINDS = ("cubin", "object", "hsaco")
+
+
+def _check_elf_kind(code: bytes, kind: str) -> str:
+    """The kind an ELF image really is, given the kind claimed for it.
+
+    cubin and object differ only in e_type (a relocatable cubin, e.g. from -rdc, is an
+    object); that follows the bytes, so a saved and reloaded object keeps its kind.
+    """
+    try:
+        actual = sniff_kind(code)
+    except InvalidOptionError as exc:
+        raise InvalidOptionError(f"kind={kind!r} but the bytes are not a valid ELF image: {exc}") from None
+    if actual in ("cubin", "object") and kind in ("cubin", "object"):
+        return actual
+    if actual != kind:
+        raise InvalidOptionError(f"kind={kind!r} but the bytes are {actual!r} code")
+    return kind
+
+
 def _needs_arch_sidecar(obj: ObjectCode) -> bool:
-    return obj.kind in ("ltoir", "fatbin", "library") and obj.arch is not None
+    """True when the bytes alone would not give back obj.arch: LTO-IR and fatbins record
+    none, and a cubin's e_flags lose the 'a'/'f' suffix. PTX compiled for sm_90 reads back
+    as compute_90, which says the same thing: no sidecar for that."""
+    if obj.arch is None:
+        return False
+    found = _arch_from_bytes(obj.code, obj.kind)
+    if obj.kind == "ptx" and found is not None:
+        return obj.arch.replace("sm_", "compute_", 1) != found
+    return obj.arch != found
 
 
 def _arch_from_bytes(code: bytes, kind: str) -> str | None:

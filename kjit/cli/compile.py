@@ -9,6 +9,10 @@ from ..errors import KjitError
 from .common import compile_flags, compile_options_from_cli, emit, fail, json_option
 
 
+# A relocatable cubin (kind "object", from --relocatable) is still a .cubin file.
+_SUFFIX = {"object": ".cubin"}
+
+
 @click.command("compile")
 @click.argument("source", type=click.Path(exists=True, dir_okay=False))
 @click.option("--arch", help="Target architecture (sm_90, compute_90, gfx90a); default: this GPU or $KJIT_ARCH.")
@@ -35,8 +39,11 @@ def compile_cmd(source, arch, target, backend, output, name_expressions, no_cach
                            name=src_path.name, cache=not no_cache)
     except KjitError as exc:
         raise fail(exc)
-    out = Path(output) if output else src_path.with_suffix("." + obj.kind)
-    obj.save(out)
+    out = Path(output) if output else src_path.with_suffix(_SUFFIX.get(obj.kind, "." + obj.kind))
+    try:
+        obj.save(out)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}")
     info = {"output": str(out), "kind": obj.kind, "arch": obj.arch, "size": len(obj.code),
             "entry_points": list(obj.entry_points), "symbols": dict(obj.symbols),
             "log": obj.log, "cache_hit": obj.cache_hit}

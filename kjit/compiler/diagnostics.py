@@ -8,8 +8,8 @@ if TYPE_CHECKING:
     from ..errors import CompileError
 
 # NVRTC: "name.cu(12): error: ..."; clang/hiprtc: "name.cu:12:5: error: ..."
-_LOCATION_RES = (re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\):\s*(?P<sev>error|warning)"),
-                 re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+):\d+:\s*(?P<sev>error|warning)"))
+_LOCATION_RES = (re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\):\s*(?P<sev>error|warning)"),
+                 re.compile(r"^(?P<file>[^:]+):(?P<line>\d+):\d+:\s*(?P<sev>error|warning)"))
 CONTEXT = 2
 
 
@@ -19,7 +19,9 @@ def error_lines(log: str, name: str) -> list[int]:
     for text in log.splitlines():
         for rx in _LOCATION_RES:
             m = rx.match(text.strip())
-            if m and m.group("file").endswith(name):
+            file = m.group("file") if m else ""
+            # The source itself, not a header whose name merely ends the same way.
+            if m and (file == name or file.endswith("/" + name)):
                 n = int(m.group("line"))
                 if n not in lines:
                     lines.append(n)

@@ -27,10 +27,13 @@ def _check(err, what: str) -> None:
 def _read(prog, size_fn, get_fn, what: str) -> bytes:
     err, size = size_fn(prog)
     _check(err, what)
-    buf = b" " * size
+    # A fresh mutable buffer: the bindings write into what they are given, and the common
+    # `b" " * size` idiom hands them CPython's shared one-byte b" " when size is 1 (an empty
+    # log), corrupting every b" " in the process.
+    buf = bytearray(size)
     (err,) = get_fn(prog, buf)
     _check(err, what)
-    return buf
+    return bytes(buf)
 
 
 def compile_source(source: str, *, name: str, arch: str, target: str, options: CompileOptions,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -11,6 +12,7 @@ from ..errors import InvalidOptionError
 CUDA_STDS = ("c++03", "c++11", "c++14", "c++17", "c++20")
 HIP_STDS = ("c++11", "c++14", "c++17", "c++20")
 TARGETS = ("ptx", "cubin", "ltoir")
+_MACRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 HIP_TARGETS = ("hsaco",)
 
 # Flags that kjit sets itself from other arguments; passing them through `extra` would make
@@ -73,7 +75,7 @@ class CompileOptions:
             raise InvalidOptionError("extra must be a list of flags, e.g. ['--use_fast_math']")
         extra = tuple(str(x) for x in self.extra)
         for flag in extra:
-            if flag.split("=", 1)[0] in _RESERVED_FLAGS:
+            if _flag_name(flag) in _RESERVED_FLAGS:
                 raise InvalidOptionError(
                     f"extra flag {flag!r} is set by kjit itself: use the arch/target arguments "
                     "or the matching CompileOptions field")
@@ -95,6 +97,12 @@ class CompileOptions:
         }
 
 
+def _flag_name(flag: str) -> str:
+    """'-arch=sm_90' and '-arch sm_90' (one string) both name '-arch'."""
+    parts = flag.strip().split("=", 1)[0].split()
+    return parts[0] if parts else ""
+
+
 def _normalise_defines(defines: Any) -> tuple[tuple[str, str | None], ...]:
     items: list[tuple[str, str | None]] = []
     if isinstance(defines, Mapping):
@@ -110,9 +118,9 @@ def _normalise_defines(defines: Any) -> tuple[tuple[str, str | None], ...]:
             name, eq, value = str(d).partition("=")
             items.append((name, value if eq else None))
     for name, _ in items:
-        if not name or not (name[0].isalpha() or name[0] == "_") or \
-                not name.replace("_", "a").isalnum():
-            raise InvalidOptionError(f"define name {name!r} is not a valid macro name")
+        if not _MACRO_NAME.fullmatch(name):
+            raise InvalidOptionError(f"define name {name!r} is not a valid macro name: use letters, "
+                                     "digits and _, not starting with a digit (NAME or NAME=value)")
     return tuple(items)
 
 
