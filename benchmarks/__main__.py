@@ -30,7 +30,9 @@ def table(results: dict) -> str:
                  f"cuda-bindings {m['cuda_bindings']}, Python {m['python']}, {m['date']}")
     launch = results.get("launch", {})
     c = launch.get("C cuLaunchKernel", {})
-    if c:
+    if "error" in launch:
+        lines.append(f"launch: {launch['error']}")
+    if isinstance(c, dict) and c:
         lines.append("host-side launch cost, us per launch (ratio to C)")
         lines.append(f"{'toolkit':28s}" + "".join(f"{f'{n} args':>18s}" for n in c))
         for name, row in launch.items():
@@ -109,16 +111,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot", help="write the launch-cost plot (PNG) here")
     args = p.parse_args(argv)
     results: dict = {"machine": machine()}
-    if args.which in ("all", "launch"):
-        from . import launch
-        results["launch"] = {k: ({int(n): v for n, v in row.items()} if isinstance(row, dict) else row)
-                             for k, row in launch.run().items()}
-    if args.which in ("all", "compile"):
-        from . import compile_cache
-        results["compile_cache"] = compile_cache.run()
-    if args.which in ("all", "build"):
-        from . import build
-        results["build"] = build.run()
+    sections = {"launch": "launch", "compile": "compile_cache", "build": "build"}
+    for which, module in sections.items():
+        if args.which not in ("all", which):
+            continue
+        try:  # one failing section must not lose the others' figures
+            mod = __import__(f"benchmarks.{module}", fromlist=["run"])
+            data = mod.run()
+        except (Exception, SystemExit) as exc:
+            data = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"benchmark {which} failed: {data['error']}", file=sys.stderr)
+        if which == "launch":
+            data = {k: ({int(n): v for n, v in row.items()} if isinstance(row, dict) else row)
+                    for k, row in data.items()}
+        results[module] = data
     results["targets"] = targets(results)
     if args.json:
         with open(args.json, "w") as f:

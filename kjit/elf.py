@@ -145,12 +145,18 @@ class ElfFile:
         return sorted(n[:-3] for n in names if n.endswith(".kd"))
 
 
-# EF_AMDGPU_MACH values for the common targets (LLVM AMDGPUUsage).
+# EF_AMDGPU_MACH values (e_flags & 0xFF) of AMD code objects, from LLVM's ELF.h /
+# AMDGPUUsage "EF_AMDGPU_MACH" table. The tests compile every target the installed hiprtc
+# supports and check the e_flags of the result against this table.
 AMDGPU_MACH = {
-    0x2C: "gfx908", 0x2F: "gfx90a", 0x30: "gfx90c", 0x4C: "gfx942", 0x4B: "gfx941",
-    0x40: "gfx940", 0x41: "gfx1100", 0x42: "gfx1101", 0x43: "gfx1102", 0x44: "gfx1103",
-    0x36: "gfx1030", 0x37: "gfx1031", 0x38: "gfx1032", 0x39: "gfx1033", 0x3F: "gfx1036",
-    0x3E: "gfx1035", 0x3D: "gfx1034", 0x33: "gfx1010", 0x34: "gfx1011", 0x35: "gfx1012",
-    0x31: "gfx1013", 0x2B: "gfx906", 0x2D: "gfx900", 0x2E: "gfx902", 0x28: "gfx803",
-    0x4E: "gfx1150", 0x46: "gfx1151", 0x4F: "gfx1200", 0x4D: "gfx1201",
+    0x20: "gfx600", 0x21: "gfx601", 0x22: "gfx700", 0x23: "gfx701", 0x24: "gfx702",
+    0x25: "gfx703", 0x26: "gfx704", 0x28: "gfx801", 0x29: "gfx802", 0x2A: "gfx803",
+    0x2B: "gfx810", 0x2C: "gfx900", 0x2D: "gfx902", 0x2E: "gfx904", 0x2F: "gfx906",
+    0x30: "gfx908", 0x31: "gfx909", 0x32: "gfx90c", 0x33: "gfx1010", 0x34: "gfx1011",
+    0x35: "gfx1012", 0x36: "gfx1030", 0x37: "gfx1031", 0x38: "gfx1032", 0x39: "gfx1033",
+    0x3A: "gfx602", 0x3B: "gfx705", 0x3C: "gfx805", 0x3D: "gfx1035", 0x3E: "gfx1034",
+    0x3F: "gfx90a", 0x40: "gfx940", 0x41: "gfx1100", 0x42: "gfx1013", 0x43: "gfx1150",
+    0x44: "gfx1103", 0x45: "gfx1036", 0x46: "gfx1101", 0x47: "gfx1102", 0x48: "gfx1200",
+    0x4A: "gfx1151", 0x4B: "gfx941", 0x4C: "gfx942", 0x4E: "gfx1201", 0x4F: "gfx950",
+    0x55: "gfx1152",
 }

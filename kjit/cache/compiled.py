@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from typing import Any, Callable, Iterable
 
 from .core import bypass, enabled_by_env, lookup_hashed
@@ -35,19 +35,22 @@ class _Memo:
 
 
 _memo: dict[tuple, _Memo] = {}
-_option_fields: tuple[str, ...] | None = None
+_option_fields: dict[type, tuple[str, ...]] = {}
 _warned: set[str] = set()
 
 
 def _options_sig(options: Any) -> Any:
-    """A hashable picture of CompileOptions (its dicts are mutable, so copy them as tuples)."""
-    global _option_fields
+    """A hashable picture of CompileOptions (its dicts are mutable, so copy them as tuples).
+    TypeError for anything else: make_request then says what is wrong."""
     if options is None:
         return None
-    if _option_fields is None:
-        _option_fields = tuple(f.name for f in fields(options))
+    names = _option_fields.get(type(options))
+    if names is None:
+        if not is_dataclass(options) or isinstance(options, type):
+            raise TypeError("not CompileOptions")
+        names = _option_fields[type(options)] = tuple(f.name for f in fields(options))
     out = []
-    for f in _option_fields:
+    for f in names:
         v = getattr(options, f)
         if isinstance(v, dict):
             v = tuple(v.items())

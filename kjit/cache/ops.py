@@ -108,7 +108,7 @@ def stats() -> dict[str, Any]:
         total += int((m or {}).get("size") or 0)
     hits, misses = disk.totals()
     return {"path": str(c.path), "entries": len(keys), "bytes": total, "disk_bytes": disk.volume(),
-            "size_limit": int(disk.entries.size_limit), "hits": hits, "misses": misses,
+            "size_limit": disk.size_limit, "hits": hits, "misses": misses,
             "hit_rate": round(hits / (hits + misses), 4) if hits + misses else None,
             "session": dict(c.session)}
 
@@ -136,7 +136,7 @@ def parse_age(text: str | float) -> float:
 
 def prune(*, max_size: str | int | None = None, older_than: str | float | None = None) -> dict[str, Any]:
     """Drop entries not used for `older_than`, then least-recently-used ones until the
-    entries' bytes fit in `max_size`. Returns what was removed."""
+    cache's disk bytes (as KJIT_CACHE_SIZE counts them) fit in `max_size`."""
     if max_size is None and older_than is None:
         raise InvalidOptionError("prune needs --max-size and/or --older-than")
     disk = _disk()
@@ -148,28 +148,24 @@ def prune(*, max_size: str | int | None = None, older_than: str | float | None =
         for m in rows:
             if (m.get("last_used") or 0) < cutoff:
                 removed.append(m["key"])
-    if max_size is not None:
-        try:
-            limit = parse_size(max_size)
-        except ValueError as exc:
-            raise InvalidOptionError(str(exc)) from None
-        live = sorted((m for m in rows if m["key"] not in removed),
-                      key=lambda m: m.get("last_used") or 0)
-        total = sum(int(m.get("size") or 0) for m in live)
-        for m in live:
-            if total <= limit:
-                break
-            removed.append(m["key"])
-            total -= int(m.get("size") or 0)
     freed = 0
     sizes = {m["key"]: int(m.get("size") or 0) for m in rows}
     for k in removed:
         disk.delete(k)
         c.memory.discard(k)
         freed += sizes.get(k, 0)
+    if max_size is not None:
+        try:
+            limit = parse_size(max_size)
+        except ValueError as exc:
+            raise InvalidOptionError(str(exc)) from None
+        for k in disk.evict_lru(limit):
+            removed.append(k)
+            c.memory.discard(k)
+            freed += sizes.get(k, 0)
     disk.forget_orphans()
     return {"removed": len(removed), "bytes_freed": freed, "keys": removed,
-            "entries_left": len(rows) - len(removed)}
+            "entries_left": len(rows) - len(removed), "disk_bytes": disk.volume()}
 
 
 def verify() -> dict[str, Any]:

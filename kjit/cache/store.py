@@ -118,8 +118,9 @@ class DiskStore:
             if created:
                 os.chmod(self.path, 0o700)  # mkdir's mode is masked by the umask
             (self.path / "locks").mkdir(mode=0o700, exist_ok=True)
-            common = dict(disk=SafeDisk, eviction_policy="least-recently-used",
-                          statistics=False, timeout=60)
+            # Eviction is ours (evict_lru): diskcache's culls ten entries at a time and its
+            # access times miss the hits served from memory.
+            common = dict(disk=SafeDisk, eviction_policy="none", statistics=False, timeout=60)
             entries = diskcache.Cache(str(self.path / "entries"), size_limit=size_limit(), **common)
             usage = diskcache.Cache(str(self.path / "usage"), size_limit=1 << 62, **common)
         except (OSError, sqlite3.Error) as exc:
@@ -164,6 +165,7 @@ class DiskStore:
             self.entries.set(key, blob)
             self.usage.set("meta:" + key, json.dumps(meta, sort_keys=True, default=str))
             self.usage.set("used:" + key, time.time())
+            self.evict_lru(self.size_limit, keep=key)
         except (OSError, sqlite3.Error) as exc:
             raise Unavailable(str(exc)) from exc
 
@@ -174,6 +176,8 @@ class DiskStore:
         try:
             self.entries.set(key, blob)
             self.usage.set("meta:" + key, json.dumps(meta, sort_keys=True, default=str))
+            self.usage.set("used:" + key, time.time())
+            self.evict_lru(self.size_limit, keep=key)
         except (OSError, sqlite3.Error) as exc:
             raise Unavailable(str(exc)) from exc
         return meta
@@ -249,7 +253,26 @@ class DiskStore:
         return n
 
     def volume(self) -> int:
+        """Bytes on disk: the SQLite file plus the value files."""
         return int(self.entries.volume())
+
+    @property
+    def size_limit(self) -> int:
+        return size_limit()
+
+    def evict_lru(self, limit: int, keep: str | None = None) -> list[str]:
+        """Delete least-recently-used entries until volume() <= limit; `keep` (the entry just
+        written) goes last. Cheap when under the limit: one SQL query."""
+        if self.volume() <= limit:
+            return []
+        order = sorted(self.keys(), key=lambda k: (k == keep, self.usage.get("used:" + k) or 0.0))
+        removed = []
+        for k in order:
+            if self.volume() <= limit:
+                break
+            self.delete(k)
+            removed.append(k)
+        return removed
 
     # --- cross-process lock per key ------------------------------------------------------------
     @contextlib.contextmanager
