@@ -1,0 +1,123 @@
+"""`kjit cache ...`: every command, as text and as --json, through click's CliRunner."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import kjit
+import kjit.cache
+from kjit.cache import core
+from kjit.cli.main import cli
+
+
+def run(*args, code=0):
+    res = CliRunner().invoke(cli, ["cache", *args])
+    assert res.exit_code == code, (res.output, res.exception)
+    return res
+
+
+def jrun(*args, code=0):
+    return json.loads(run(*args, "--json", code=code).output)
+
+
+@pytest.fixture
+def filled(saxpy_src, template_src, monkeypatch):
+    monkeypatch.setenv("KJIT_CACHE_SAVE_SOURCE", "1")
+    a = kjit.compile(saxpy_src, arch="sm_90")
+    kjit.compile(saxpy_src, arch="sm_90")
+    b = kjit.compile(template_src, arch="sm_80", name_expressions=["axpy<float>"])
+    core.current().flush_hits()
+    return a, b
+
+
+def test_path():
+    assert run("path").output.strip() == str(kjit.cache.path())
+    assert jrun("path") == {"path": str(kjit.cache.path())}
+
+
+def test_ls_filters_and_sorts(filled):
+    text = run("ls").output
+    assert "saxpy" in text and "sm_80" in text and "KEY" in text
+    rows = jrun("ls")
+    assert len(rows) == 2
+    assert [r["arch"] for r in jrun("ls", "--arch", "sm_90")] == ["sm_90"]
+    assert [r["arch"] for r in jrun("ls", "--kernel", "axpy<float>")] == ["sm_80"]
+    assert jrun("ls", "--kernel", "nothing-like-this") == []
+    by_hits = jrun("ls", "--sort", "hits")
+    assert by_hits[0]["hits"] >= by_hits[1]["hits"] and by_hits[0]["kernels"] == ["saxpy"]
+    assert jrun("ls", "--sort", "hits", "--reverse")[0]["hits"] <= by_hits[0]["hits"]
+    assert len(jrun("ls", "--limit", "1")) == 1
+    assert "(no entries)" in run("ls", "--arch", "sm_75").output
+
+
+def test_show(filled, saxpy_src):
+    key = next(r["key"] for r in jrun("ls") if r["arch"] == "sm_90")
+    text = run("show", key[:10]).output
+    assert key in text and "options" in text and "saxpy" in text and "nvrtc" in text
+    assert saxpy_src.strip() not in text
+    assert saxpy_src.strip() in run("show", key, "--source").output
+    info = jrun("show", key)
+    assert info["key"] == key and info["kind"] == "cubin" and "log" in info and "source" not in info
+    assert jrun("show", key, "--source")["source"] == saxpy_src
+    tkey = next(r["key"] for r in jrun("ls") if r["arch"] == "sm_80")
+    assert "axpy<float>" in jrun("show", tkey)["symbols"]
+
+
+def test_show_bad_keys(filled):
+    assert "no cache entry" in run("show", "ffff0000", code=1).output
+    assert "hex digits" in run("show", "zz", code=1).output
+
+
+def test_stats(filled):
+    s = jrun("stats")
+    assert (s["entries"], s["hits"], s["misses"]) == (2, 1, 2)
+    assert s["hit_rate"] == pytest.approx(1 / 3, abs=1e-3) and s["bytes"] > 0
+    assert "hit rate   33.3%" in run("stats").output
+
+
+def test_clear(filled):
+    res = CliRunner().invoke(cli, ["cache", "clear"], input="n\n")
+    assert res.exit_code == 1 and len(jrun("ls")) == 2   # declined: nothing removed
+    assert run("clear", "--yes").output.strip() == "removed 2 entries"
+    assert jrun("clear") == {"removed": 0}
+
+
+def test_prune(filled):
+    assert "needs" in run("prune", code=1).output
+    assert jrun("prune", "--older-than", "1d")["removed"] == 0
+    r = jrun("prune", "--max-size", "0")
+    assert r["removed"] == 2 and jrun("ls") == []
+    assert "removed 0 entries" in run("prune", "--older-than", "1h").output
+    assert "duration" in run("prune", "--older-than", "soon", code=1).output
+    assert "size" in run("prune", "--max-size", "huge", code=1).output
+
+
+def test_verify(filled):
+    r = jrun("verify")
+    assert r == {"checked": 2, "ok": 2, "corrupt": []}
+    disk = core.current().disk
+    k = disk.keys()[0]
+    disk.entries.set(k, disk.get_blob(k)[:-1])
+    bad = jrun("verify", code=1)
+    assert bad["ok"] == 1 and bad["corrupt"][0]["key"] == k
+    assert "1 ok, 0 corrupt" in run("verify").output
+
+
+def test_export_import(filled, tmp_path, monkeypatch, saxpy_src):
+    out = tmp_path / "cluster.zip"
+    assert jrun("export", str(out))["exported"] == 2
+    assert "exported 2 entries" in run("export", str(out)).output
+    monkeypatch.setenv("KJIT_CACHE_DIR", str(tmp_path / "node2"))
+    assert jrun("import", str(out))["imported"] == 2
+    assert "2 already present" in run("import", str(out)).output
+    assert kjit.compile(saxpy_src, arch="sm_90").cache_hit is True
+    (tmp_path / "junk.zip").write_bytes(b"junk")
+    assert "not a kjit cache export" in run("import", str(tmp_path / "junk.zip"), code=1).output
+
+
+def test_help_lists_every_command():
+    text = run("--help").output
+    for cmd in ("path", "ls", "show", "stats", "clear", "prune", "verify", "export", "import"):
+        assert cmd in text
