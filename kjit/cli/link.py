@@ -1,0 +1,67 @@
+"""`kjit link`: PTX, cubin, fatbin, LTO-IR, host objects and archives into one cubin."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import KjitError
+from .common import emit, fail, json_option
+
+DEFAULT_OUTPUT = "linked.cubin"
+
+
+@click.command("link")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--arch", help="Target architecture (sm_90); default: this GPU, $KJIT_ARCH, or the inputs' own.")
+@click.option("--backend", type=click.Choice(["auto", "driver", "nvjitlink"]), default="auto",
+              show_default=True, help="Which linker: auto picks nvJitLink for LTO-IR, no GPU, or PTX newer than the driver.")
+@click.option("--lto", is_flag=True, help="Link-time optimisation (on by itself for LTO-IR inputs).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help=f"Output cubin (default {DEFAULT_OUTPUT}).")
+@click.option("--max-registers", type=click.IntRange(1, 255), help="Cap registers per thread.")
+@click.option("-O", "--opt-level", "optimization_level", type=click.IntRange(0, 4), help="Optimisation level 0-4.")
+@click.option("--line-info", is_flag=True, help="Generate line information.")
+@click.option("-G", "--debug", is_flag=True, help="Debug information.")
+@click.option("-v", "--verbose", is_flag=True, help="The linker reports what it did in the info log.")
+@click.option("--fast-math", is_flag=True, help="LTO: flush denormals, fast division and sqrt, FMA.")
+@click.option("--device-runtime/--no-device-runtime", default=None,
+              help="Link libcudadevrt.a (default: when the code launches kernels from the device).")
+@click.option("-X", "--extra", multiple=True, help="A raw nvJitLink flag (repeatable; selects nvJitLink).")
+@click.option("--no-cache", is_flag=True, help="Link even if the cache has the result.")
+@json_option
+def link_cmd(inputs, arch, backend, lto, output, max_registers, optimization_level, line_info,
+             debug, verbose, fast_math, device_runtime, extra, no_cache, as_json):
+    """Link INPUTS (kinds are read from the bytes; .a archives are libraries) into a cubin."""
+    from ..linker import LinkOptions, link
+    out = Path(output or DEFAULT_OUTPUT)
+    if any(Path(i).resolve() == out.resolve() for i in inputs):
+        raise click.UsageError(f"the output {out} is one of the inputs: choose another with -o")
+    try:
+        options = LinkOptions(max_registers=max_registers, optimization_level=optimization_level,
+                              line_info=line_info, debug=debug, verbose=verbose,
+                              fast_math=fast_math, device_runtime=device_runtime, extra=list(extra))
+        res = link(list(inputs), arch=arch, backend=backend, lto=lto, options=options,
+                   cache=not no_cache)
+    except KjitError as exc:
+        raise fail(exc)
+    res.object.save(out)
+    info = {"output": str(out), "kind": res.object.kind, "arch": res.arch, "size": len(res.code),
+            "backend": res.backend, "reason": res.reason,
+            "entry_points": list(res.object.entry_points), "info_log": res.info_log,
+            "error_log": res.error_log, "wall_time_ms": res.wall_time_ms,
+            "cache_hit": res.cache_hit, "device_runtime": res.device_runtime,
+            "inputs": list(res.object.metadata.get("inputs", []))}
+    emit(info, as_json, _text)
+
+
+def _text(d: dict) -> str:
+    # libcudadevrt brings its own internal kernels; they are in --json, not in the summary.
+    kernels = [k for k in d["entry_points"] if not k.startswith("__nv_static_")]
+    lines = [f"wrote {d['output']} (cubin, {d['arch']}, {d['size']} bytes) with {d['backend']} "
+             f"({d['reason']}); kernels: {', '.join(kernels) or '(none)'}"]
+    if d["device_runtime"]:
+        lines.append(f"device runtime: {d['device_runtime']}")
+    for name in ("info_log", "error_log"):
+        if d[name].strip():
+            lines.append(d[name].rstrip())
+    return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""Link inputs: ObjectCode, bytes or a file path, normalised to one record each."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Union
+
+from ..elf import ElfFile, ElfFormatError
+from ..errors import InvalidOptionError
+from ..objectcode import ObjectCode
+
+InputLike = Union[ObjectCode, bytes, bytearray, memoryview, str, "os.PathLike[str]"]
+
+# kjit kinds a CUDA linker takes. "object" is kjit's relocatable cubin; "hostobject" is a
+# host ELF (.o from nvcc -rdc) with embedded device code, the driver's CU_JIT_INPUT_OBJECT.
+LINKABLE = ("ptx", "cubin", "object", "fatbin", "ltoir", "library", "hostobject")
+_SUFFIX = {"ptx": ".ptx", "cubin": ".cubin", "object": ".cubin", "fatbin": ".fatbin",
+           "ltoir": ".ltoir", "library": ".a", "hostobject": ".o"}
+_HOST_MACHINES = {62: "x86-64", 183: "aarch64", 21: "ppc64"}
+_PTX_EXTERN_RE = re.compile(
+    rb"\.extern\s+\.(?:func|global|const|shared)\s+(?:\([^)]*\)\s*)?(?:\.\w+\s+(?:\d+\s+)?)*([A-Za-z_$][\w$]*)")
+
+
+@dataclass(frozen=True)
+class LinkInput:
+    """One input as the linkers see it."""
+
+    code: bytes
+    kind: str                     # one of LINKABLE
+    name: str                     # unique among the inputs; what the linker logs call it
+    digest: str                   # content hash for the cache key
+    arch: str | None = None
+    path: Path | None = None      # linked from this file (cuLinkAddFile / nvJitLinkAddFile)
+    symbols: Mapping[str, str] = field(default_factory=dict)
+
+    def external_references(self) -> set[str] | None:
+        """Symbols this input uses but leaves to others (None where the bytes cannot tell)."""
+        if self.kind == "ptx":
+            return {m.decode() for m in _PTX_EXTERN_RE.findall(self.code)}
+        if self.kind in ("cubin", "object"):
+            return {s.name for s in ElfFile(self.code).symbols
+                    if s.shndx == 0 and s.name and s.bind == 1}  # STB_GLOBAL, undefined
+        return None
+
+    @property
+    def ptx_version(self) -> tuple[int, int] | None:
+        if self.kind != "ptx":
+            return None
+        from ..objectcode import ptx_version
+        return ptx_version(self.code)
+
+
+def _host_object(code: bytes) -> bool:
+    """True for a host ELF with embedded device code; InvalidOptionError for one without."""
+    if not code.startswith(b"\x7fELF"):
+        return False
+    try:
+        elf = ElfFile(code)
+    except ElfFormatError:
+        return False
+    if elf.machine not in _HOST_MACHINES:
+        return False
+    if elf.section(".nv_fatbin") is None and elf.section("__nv_relfatbin") is None:
+        raise InvalidOptionError(
+            f"a {_HOST_MACHINES[elf.machine]} host object with no device code (.nv_fatbin "
+            "section): compile it with nvcc -rdc=true, or link CUDA code (PTX, cubin, fatbin, "
+            "LTO-IR, archives)")
+    return True
+
+
+def _digest_bytes(kind: str, code: bytes) -> str:
+    h = hashlib.sha256(f"{kind}\0\0".encode())
+    h.update(code)
+    return h.hexdigest()
+
+
+def _from_object(obj: ObjectCode, path: Path | None, label: str) -> dict[str, Any]:
+    from ..cache import digest
+    if obj.kind not in LINKABLE:
+        raise InvalidOptionError(
+            f"link input {label} is {obj.kind!r} (AMD code): the CUDA linkers take PTX, cubin, "
+            "fatbin, LTO-IR, host objects and archives")
+    # Key on what the bytes say (arch=None re-derives it): a PTX file read from disk and the
+    # same PTX fresh from kjit.compile (labelled sm_90, not compute_90) are one input.
+    return dict(code=obj.code, kind=obj.kind, digest=digest(obj.with_(arch=None)), arch=obj.arch, path=path,
+                symbols=dict(obj.symbols), base=obj.name)
+
+
+def _one(item: Any, index: int) -> dict[str, Any]:
+    label = f"#{index}"
+    if isinstance(item, ObjectCode):
+        return _from_object(item, None, f"{label} ({item.name})")
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        code = bytes(item)
+        try:
+            if _host_object(code):
+                return dict(code=code, kind="hostobject", digest=_digest_bytes("hostobject", code),
+                            base=f"input{index}")
+            return _from_object(ObjectCode(code, name=f"input{index}"), None, label)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"link input {label} (bytes): {exc}") from None
+    if isinstance(item, str) and ("\n" in item or ".version" in item):
+        raise InvalidOptionError(
+            f"link input {label} is a string that looks like PTX or source text: strings are "
+            "file paths; pass PTX as bytes or as a kjit.ObjectCode")
+    if isinstance(item, (str, os.PathLike)):
+        path = Path(item)
+        if not path.is_file():
+            raise InvalidOptionError(f"link input {label}: no such file: {path}")
+        code = path.read_bytes()
+        try:
+            if _host_object(code):
+                return dict(code=code, kind="hostobject", digest=_digest_bytes("hostobject", code),
+                            path=path, base=path.name)
+            obj = ObjectCode.from_file(path)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"link input {path}: {exc}") from None
+        found = _from_object(obj, path, str(path))
+        found["base"] = str(path)
+        return found
+    raise InvalidOptionError(
+        f"link input {label} is a {type(item).__name__}: pass kjit.ObjectCode, bytes, or a file "
+        "path (str or pathlib.Path)")
+
+
+def _display_name(base: str, kind: str) -> str:
+    """kernel.cu compiled to PTX reads as kernel.ptx in the linker's messages."""
+    if base in ("", "<source>"):
+        base = "input"
+    p = Path(base)
+    if "/" in base or os.sep in base or p.suffix == _SUFFIX[kind]:
+        return base
+    return p.stem + _SUFFIX[kind] if p.suffix in (".cu", ".hip", ".cpp", ".cuh") else base + _SUFFIX[kind]
+
+
+def normalize(inputs: Iterable[InputLike]) -> list[LinkInput]:
+    """LinkInputs with unique names; InvalidOptionError names the input that is wrong."""
+    if isinstance(inputs, (str, bytes, os.PathLike, ObjectCode)):
+        inputs = [inputs]
+    raw = [_one(item, i) for i, item in enumerate(inputs)]
+    if not raw:
+        raise InvalidOptionError("nothing to link: give at least one input")
+    names = [_display_name(r.pop("base"), r["kind"]) for r in raw]
+    out = []
+    for i, (r, name) in enumerate(zip(raw, names)):
+        if names.count(name) > 1:
+            name = f"{name}#{i}"
+        out.append(LinkInput(name=name, **r))
+    return out
