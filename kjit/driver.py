@@ -51,8 +51,8 @@ def init() -> None:
     with _lock:
         if _initialized:
             return
-        if _unavailable is not None:
-            raise _unavailable
+        if _unavailable is not None:  # a new instance each time, so tracebacks don't pile up
+            raise CudaUnavailableError(str(_unavailable)) from None
         try:
             drv = bindings()
             (err,) = drv.cuInit(0)
