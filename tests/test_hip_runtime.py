@@ -280,7 +280,6 @@ def test_kernel_metadata_refuses_what_is_not_a_code_object():
 def test_saxpy_on_an_amd_gpu():
     if not hip.available():
         pytest.skip("no AMD GPU: the HIP runtime path has not run on AMD hardware here")
-    import kjit.hip.bundle  # noqa: F401
     n = 1000
     x = np.arange(n, dtype=np.float32)
     y = np.ones(n, dtype=np.float32)
