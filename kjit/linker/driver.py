@@ -69,7 +69,11 @@ def _attempt(inputs, arch, options, libraries):
     err = bytearray(options.log_bytes)
     keys, values = options.jit_options(arch).driver_options(info, err)
     t0 = time.perf_counter()
-    state = call(drv.cuLinkCreate, len(keys), keys, values)
+    try:
+        state = call(drv.cuLinkCreate, len(keys), keys, values)
+    except DriverError as exc:
+        raise LinkError(f"cuLinkCreate refused the link options {options.describe()}: {exc}",
+                        backend="driver", inputs=[i.name for i in inputs]) from None
     current: str | None = None
     linked = error = None
     try:
