@@ -6,7 +6,6 @@ import multiprocessing as mp
 import os
 import time
 
-import pytest
 
 N_PROCS = 32
 

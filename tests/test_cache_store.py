@@ -2,7 +2,6 @@
 the memory layer, listeners, metadata, export/import, prune, verify."""
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import stat
@@ -10,7 +9,6 @@ import struct
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -225,14 +223,16 @@ def test_unusable_dir_degrades_with_one_warning(tmp_path, monkeypatch):
 
 
 def test_full_disk_degrades_with_one_warning(monkeypatch):
+    import diskcache
+
     def full(self, *a, **k):
         raise sqlite3.OperationalError("database or disk is full")
-    monkeypatch.setattr(DiskStore, "put", lambda self, *a, **k: (_ for _ in ()).throw(
-        __import__("kjit.cache.store", fromlist=["Unavailable"]).Unavailable("disk is full")))
+    monkeypatch.setattr(diskcache.Cache, "set", full)
     with pytest.warns(CacheWarning, match="disk is full") as rec:
-        a, _ = get(14)
+        a, m = get(14)
         b, _ = get(15)
-    assert (a.cache_hit, b.cache_hit) == (False, False)
+        c, _ = get(14, maker=m)
+    assert (a.cache_hit, b.cache_hit, c.cache_hit, m.calls) == (False, False, True, 1)
     assert len([w for w in rec if issubclass(w.category, CacheWarning)]) == 1
 
 

@@ -15,7 +15,6 @@ import re
 import sqlite3
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
