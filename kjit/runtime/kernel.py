@@ -155,7 +155,9 @@ class Kernel:
         """Launch with explicit keywords; cooperative launches and thread-block clusters go
         through cuLaunchKernelEx."""
         if not cooperative and cluster is None:
-            self._configure((grid, block, stream, shared_mem))(*args)
+            config = (grid, block, stream, shared_mem)
+            launcher = self._configs.get(config) if type(grid) is not list and type(block) is not list else None
+            (launcher or self._configure(config))(*args)
             return
         self._launch_ex(_dim3(grid, "grid"), _dim3(block, "block"), args, shared_mem,
                         as_handle(stream), cooperative, cluster)

@@ -77,6 +77,10 @@ class Module:
     def _loadable_image(self, obj: ObjectCode) -> bytes:
         """The bytes handed to the driver. PTX newer than the driver accepts never reaches it:
         it is linked to cubin for the device with nvJitLink (same version as NVRTC)."""
+        if obj.kind in ("object", "library"):
+            raise KjitError(
+                f"kjit.load cannot load a {'relocatable object' if obj.kind == 'object' else 'library'} "
+                "directly: link it first, e.g. kjit.load(kjit.link([obj, ...]))")
         if obj.kind in ("ltoir", "hsaco", "hipfb"):
             raise KjitError(
                 f"kjit.load cannot load {obj.kind} with the CUDA driver: "

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from .cdecl import CType, struct_dtype
-from .memory import DeviceArray, _HostTransfer
+from .memory import DeviceArray, _HostTransfer, launch_key
 
 
 class ptr:
@@ -380,15 +380,19 @@ class Packer:
         for s in self.slots:
             a, v = f"a{s.index}", f"v{s.index}"
             c = s.ctype
-            if c is not None and c.kind == "pointer":
-                names[f"DT{s.index}"] = (c.dtype.base if c.dtype is not None and c.dtype.subdtype else c.dtype)
-                dt_check = f" and ({a}.dtype is DT{s.index})" if c.dtype is not None else ""
-                lines.append(f"    t = type({a})")
-                lines.append(f"    if t is DeviceArray{dt_check} and {a}.device == DEVICE and {a}.is_c_contiguous: {v} = {a}.ptr")
-                lines.append(f"    elif t is ptr: {v} = {a}.value")
-                lines.append(f"    else: {v} = CONVERT(SLOTS[{s.index}], {a}, DEVICE, pending)")
+            if c is not None and c.kind == "pointer" and c.dtype is not None:
+                # a contiguous kjit array of the right dtype on this device: one identity test
+                base = c.dtype.base if c.dtype.subdtype else c.dtype
+                names[f"K{s.index}"] = launch_key(base, self.device)
+                lines.append(f"    {v} = {a}.ptr if type({a}) is DeviceArray and {a}.launch_key is K{s.index} "
+                             f"else CONVERT(SLOTS[{s.index}], {a}, DEVICE, pending)")
+            elif c is not None and c.kind == "pointer":
+                lines.append(f"    {v} = {a}.ptr if type({a}) is DeviceArray and {a}.launch_key is not None "
+                             f"and {a}.device == DEVICE else CONVERT(SLOTS[{s.index}], {a}, DEVICE, pending)")
             elif c is not None and c.kind in ("int", "uint"):
-                lines.append(f"    {v} = {a} if type({a}) is int else CONVERT(SLOTS[{s.index}], {a}, DEVICE, pending)")
+                # struct itself refuses floats and out-of-range ints (struct.error), and the
+                # careful path then names the parameter; ints go straight in
+                lines.append(f"    {v} = {a}")
             elif c is not None and c.kind == "float":
                 lines.append(f"    {v} = {a} if type({a}) is float else CONVERT(SLOTS[{s.index}], {a}, DEVICE, pending)")
             else:
