@@ -429,6 +429,24 @@ def test_auto_chooses_the_driver_when_it_accepts_everything():
     assert c.backend == "nvjitlink"
 
 
+def test_auto_routes_cubins_from_a_newer_toolkit_to_nvjitlink():
+    c = choose_backend("auto", kinds={"cubin"}, cubin_versions=[13050], gpu_present=True,
+                       driver_version=13000)
+    assert c.backend == "nvjitlink" and "13.5" in c.reason and "13.0" in c.reason
+    c = choose_backend("auto", kinds={"cubin"}, cubin_versions=[13000], gpu_present=True,
+                       driver_version=13000)
+    assert c.backend == "driver"
+
+
+def test_the_toolkit_that_built_a_cubin_is_read_from_it():
+    from kjit.linker.inputs import normalize
+    from kjit.compiler import nvrtc
+    major, minor = nvrtc.version()
+    cub = kjit.compile(LIB, arch=ARCH, target="cubin", options=RDC)
+    assert normalize([cub])[0].toolkit_version == 1000 * major + 10 * minor
+    assert normalize([ptx(LIB, "l.cu")])[0].toolkit_version is None
+
+
 def test_auto_other_reasons_for_nvjitlink():
     base = dict(kinds={"ptx"}, ptx_versions=[(9, 0)], gpu_present=True, driver_version=13000)
     assert choose_backend("auto", **base, nvjitlink_only_options=True).backend == "nvjitlink"

@@ -92,9 +92,20 @@ def pong(x: int) -> int:
     return ping(x - 1) + 10 if x > 0 else 0
 
 
+def skip_if_cubins_newer_than_driver() -> None:
+    from kjit.compiler import nvrtc
+    major, minor = nvrtc.version()
+    dv = driver.driver_version()
+    if 1000 * major + 10 * minor > dv:
+        pytest.skip(f"NVRTC {major}.{minor} builds cubins newer than the driver (CUDA "
+                    f"{dv // 1000}.{dv % 1000 // 10}); auto links those with nvJitLink, and the "
+                    "forced-driver path is tested with an NVRTC as old as the driver")
+
+
 # --- the driver's linker --------------------------------------------------------------
 
 def test_driver_links_relocatable_cubins_and_the_result_runs():
+    skip_if_cubins_newer_than_driver()
     arch = dev_arch()
     a = kjit.compile(LIB, arch=arch, target="cubin", options=RDC, name="lib.cu")
     b = kjit.compile(MAIN, arch=arch, target="cubin", options=RDC, name="main.cu")
@@ -105,6 +116,7 @@ def test_driver_links_relocatable_cubins_and_the_result_runs():
 
 
 def test_driver_links_ptx_with_a_cubin_and_the_result_runs():
+    skip_if_cubins_newer_than_driver()
     arch = dev_arch()
     lib = kjit.compile(LIB, arch=arch, target="cubin", options=RDC, name="lib.cu")
     main = driver_ptx(MAIN, "main.cu")
@@ -131,14 +143,12 @@ def test_driver_logs_are_never_cut():
 
 
 def test_driver_link_error_names_the_symbol_and_the_input():
-    arch = dev_arch()
-    main = kjit.compile(MAIN, arch=arch, target="cubin", options=RDC, name="main.cu")
     with pytest.raises(LinkError) as info:
-        link([main], backend="driver")
+        link([driver_ptx(MAIN, "main.cu")], backend="driver")
     err = info.value
     assert err.backend == "driver"
     assert err.symbol == "twice", str(err)
-    assert err.input_name == "main.cubin" and "main.cubin" in str(err)
+    assert err.input_name == "main.ptx" and "main.ptx" in str(err)
     assert err.error_log.strip()
 
 

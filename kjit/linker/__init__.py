@@ -86,7 +86,8 @@ def link(inputs: Iterable[InputLike] | InputLike, *, arch: str | None = None,
     target = _target_arch(arch, items, gpu)
     needed_for = _devrt_needed(items, options)
     choice = choose_backend(
-        backend, kinds=kinds, ptx_versions=[v for i in items if (v := i.ptx_version)], lto=lto,
+        backend, kinds=kinds, ptx_versions=[v for i in items if (v := i.ptx_version)],
+        cubin_versions=[v for i in items if (v := i.toolkit_version)], lto=lto,
         gpu_present=gpu, driver_version=driver_version,
         nvjitlink_only_options=bool(options.extra), device_runtime=bool(needed_for),
         arch_specific=bool(target.suffix))

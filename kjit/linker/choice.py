@@ -60,13 +60,15 @@ class Choice:
 
 
 def choose_backend(requested: str, *, kinds: Iterable[str],
-                   ptx_versions: Iterable[tuple[int, int]] = (), lto: bool = False,
+                   ptx_versions: Iterable[tuple[int, int]] = (),
+                   cubin_versions: Iterable[int] = (), lto: bool = False,
                    gpu_present: bool, driver_version: int | None,
                    nvjitlink_only_options: bool = False,
                    device_runtime: bool = False, arch_specific: bool = False) -> Choice:
     """Pick the linker. Raises InvalidOptionError / CudaUnavailableError for impossible requests.
 
-    kinds: the input kinds; ptx_versions: the `.version` of each PTX input; gpu_present /
+    kinds: the input kinds; ptx_versions: the `.version` of each PTX input; cubin_versions:
+    the CUDA release (13050) that built each cubin, where it says; gpu_present /
     driver_version: the machine (driver_version None when there is no driver);
     nvjitlink_only_options: raw nvJitLink flags were given; device_runtime: libcudadevrt.a
     (from the NVIDIA wheels, which match nvJitLink, not necessarily the driver) is linked in;
@@ -111,6 +113,11 @@ def choose_backend(requested: str, *, kinds: Iterable[str],
                       f"PTX .version {newest[0]}.{newest[1]} is newer than the driver "
                       f"(CUDA {cuda_version_text(driver_version)}) accepts "
                       f"(up to {limit[0]}.{limit[1]})")
+    built = max(cubin_versions, default=None)
+    if built is not None and built > driver_version:
+        return Choice("nvjitlink",
+                      f"a cubin was built by CUDA {cuda_version_text(built)}, newer than the "
+                      f"driver (CUDA {cuda_version_text(driver_version)})")
     if device_runtime:
         return Choice("nvjitlink", "device runtime from the NVIDIA wheels links with nvJitLink")
     return Choice("driver", "GPU present and the driver accepts every input")

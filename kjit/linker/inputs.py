@@ -20,6 +20,7 @@ LINKABLE = ("ptx", "cubin", "object", "fatbin", "ltoir", "library", "hostobject"
 _SUFFIX = {"ptx": ".ptx", "cubin": ".cubin", "object": ".cubin", "fatbin": ".fatbin",
            "ltoir": ".ltoir", "library": ".a", "hostobject": ".o"}
 _HOST_MACHINES = {62: "x86-64", 183: "aarch64", 21: "ppc64"}
+_RELEASE_RE = re.compile(rb"Cuda compilation tools, release (\d+)\.(\d+)")
 _PTX_EXTERN_RE = re.compile(
     rb"\.extern\s+\.(?:func|global|const|shared)\s+(?:\([^)]*\)\s*)?(?:\.\w+\s+(?:\d+\s+)?)*([A-Za-z_$][\w$]*)")
 
@@ -44,6 +45,16 @@ class LinkInput:
             return {s.name for s in ElfFile(self.code).symbols
                     if s.shndx == 0 and s.name and s.bind == 1}  # STB_GLOBAL, undefined
         return None
+
+    @property
+    def toolkit_version(self) -> int | None:
+        """The CUDA release (13050) whose ptxas built a cubin, from its .note.nv.tkinfo."""
+        if self.kind not in ("cubin", "object"):
+            return None
+        elf = ElfFile(self.code)
+        note = elf.section(".note.nv.tkinfo")
+        m = _RELEASE_RE.search(elf.section_bytes(note)) if note else None
+        return 1000 * int(m.group(1)) + 10 * int(m.group(2)) if m else None
 
     @property
     def ptx_version(self) -> tuple[int, int] | None:
