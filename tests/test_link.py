@@ -306,6 +306,14 @@ def test_missing_device_runtime_says_which_wheel_to_install(monkeypatch):
     assert "launch.ptx" in text
 
 
+def test_device_runtime_true_without_the_library_says_so(monkeypatch):
+    monkeypatch.delenv(devrt.ENV_DEVRT, raising=False)
+    monkeypatch.setattr(devrt, "candidates", lambda: [])
+    with pytest.raises(LinkError, match=r"device_runtime=True asks for the CUDA device runtime.*"
+                                        r"pip install nvidia-cuda-runtime"):
+        link(ptx(LIB, "l.cu"), arch=ARCH, options=LinkOptions(device_runtime=True))
+
+
 def test_device_runtime_is_found_in_the_wheel_layout(monkeypatch, tmp_path):
     monkeypatch.delenv(devrt.ENV_DEVRT, raising=False)
     for major in ("12", "13"):

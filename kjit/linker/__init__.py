@@ -85,16 +85,17 @@ def link(inputs: Iterable[InputLike] | InputLike, *, arch: str | None = None,
     gpu, driver_version = _machine() if backend != "nvjitlink" or arch is None else (False, None)
     target = _target_arch(arch, items, gpu)
     needed_for = _devrt_needed(items, options)
+    add_devrt = bool(needed_for) or options.device_runtime is True
     choice = choose_backend(
         backend, kinds=kinds, ptx_versions=[v for i in items if (v := i.ptx_version)],
         cubin_versions=[v for i in items if (v := i.toolkit_version)], lto=lto,
         gpu_present=gpu, driver_version=driver_version,
-        nvjitlink_only_options=bool(options.extra), device_runtime=bool(needed_for),
+        nvjitlink_only_options=bool(options.extra), device_runtime=add_devrt,
         arch_specific=bool(target.suffix))
     libraries: list[Path] = []
-    if needed_for:
+    if add_devrt:
         libraries.append(devrt.require(_linker_major(choice.backend, driver_version),
-                                       needed_for, [i.name for i in items]))
+                                       needed_for or [], [i.name for i in items]))
         keyed_devrt: Path | None = libraries[0]
     elif needed_for is None:
         # The bytes cannot tell (LTO-IR); a retry may add the one found now: key on it.
@@ -115,7 +116,7 @@ def link(inputs: Iterable[InputLike] | InputLike, *, arch: str | None = None,
 
     def create() -> ObjectCode:
         return _run(items, target, choice, options, lto, libraries, backend == "auto",
-                    may_need_devrt=needed_for is None)
+                    may_need_devrt=needed_for is None and not add_devrt)
 
     from ..cache import get_or_create
     obj = get_or_create("link", key, create, enabled=cache,
@@ -185,8 +186,6 @@ def _devrt_needed(items: list[LinkInput], options: LinkOptions) -> list[str] | N
             refs.update(r)
         defined |= devrt.defined_symbols(i.code, i.kind)
     needed = sorted(refs - defined)
-    if options.device_runtime is True:
-        return needed or ["(LinkOptions.device_runtime=True)"]
     if needed:
         return needed
     return None if unknown else []

@@ -137,8 +137,9 @@ def require(linker_major: int | None, why: Sequence[str], inputs: Iterable[str])
         return path
     major = linker_major or 13
     wheel = "nvidia-cuda-runtime" if major >= 13 else f"nvidia-cuda-runtime-cu{major}"
+    why_text = (f"this code launches kernels from the device (it calls {', '.join(why[:4])}), "
+                "so it must be linked with" if why else "LinkOptions.device_runtime=True asks for")
     raise LinkError(
-        "this code launches kernels from the device (it calls " + ", ".join(why[:4]) +
-        "), so it must be linked with the CUDA device runtime, libcudadevrt.a, which is not "
-        f"installed: pip install {wheel} (or set {ENV_DEVRT}=/path/to/libcudadevrt.a)",
+        f"{why_text} the CUDA device runtime, libcudadevrt.a, which is not installed: "
+        f"pip install {wheel} (or set {ENV_DEVRT}=/path/to/libcudadevrt.a)",
         symbol=why[0] if why else None, inputs=list(inputs))
