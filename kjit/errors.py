@@ -181,11 +181,12 @@ class DriverError(KjitError):
     """A CUDA driver (or HIP runtime) call failed."""
 
     def __init__(self, code: int, cuda_name: str, *, call: str = "", description: str = "",
-                 hint: str = ""):
+                 hint: str = "", hip_name: str | None = None):
         self.code = int(code)
         self.cuda_name = cuda_name
         self.runtime_name = runtime_name(cuda_name)
-        self.hip_name = hip_name(cuda_name)
+        # HIP raises several errors that share one CUDA twin; the HIP runtime passes its own
+        self.hip_name = hip_name or globals()["hip_name"](cuda_name)
         self.call = call
         self.description = description
         self.hint = hint

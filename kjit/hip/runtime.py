@@ -96,9 +96,7 @@ def make_error(code: int, call: str, hint: str = "") -> DriverError:
     text = lib.hipGetErrorString(int(code))
     err = DriverError(int(code), cuda_twin(hip), call=call,
                       description=text.decode() if text and text.decode() != hip else "",
-                      hint=hint)
-    err.hip_name = hip  # the exact HIP name, also where several HIP errors share one CUDA twin
-    err.args = (str(err),)
+                      hint=hint, hip_name=hip)
     return err
 
 

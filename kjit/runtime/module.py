@@ -108,7 +108,28 @@ class Module:
                                  f"the CUDA {cuda_version_text(drv_version)} driver accepts: linked "
                                  f"to a {target.sm} cubin with nvJitLink\n")
                 return cubin.code
+        if obj.kind == "fatbin":
+            return self._fatbin_image(obj)
         return obj.code
+
+    def _fatbin_image(self, obj: ObjectCode) -> bytes:
+        """The driver picks from a fatbin itself, unless the entry it would use is PTX newer
+        than it accepts: that PTX is linked to a cubin for the device with nvJitLink."""
+        from ..arch import device_arch
+        from ..containers import best_entry, entries
+        from ..linker.choice import ptx_too_new
+        target = device_arch()
+        chosen = best_entry(entries(obj.code, "fatbin"), target.name) if target else None
+        if (chosen is None or chosen.kind != "ptx" or not chosen.decoded
+                or chosen.ptx_version is None
+                or not ptx_too_new(chosen.ptx_version, driver.driver_version())):
+            return obj.code
+        from ..linker.nvjitlink import ptx_to_cubin
+        cubin = ptx_to_cubin(chosen.code, target.sm)
+        self.info_log = (f"the fatbin has no cubin for {target.sm} and its PTX ({chosen.arch}, "
+                         f".version {'.'.join(map(str, chosen.ptx_version))}) is newer than the "
+                         f"driver accepts: linked to a {target.sm} cubin with nvJitLink\n")
+        return cubin.code
 
     def _handle(self) -> tuple[Any, int, Any]:
         """(CUmodule, device ordinal, context) for the current context, loading on first use."""
