@@ -84,8 +84,10 @@ def nvrtc_supported() -> tuple[int, ...]:
 
 
 def check_supported(arch: Arch) -> None:
-    """Raise if the installed NVRTC cannot target `arch`; the message lists what it can."""
-    if arch.backend != "cuda":
+    """Raise if the installed compiler cannot target `arch`; the message lists what it can."""
+    if arch.backend == "hip":
+        from .compiler import hiprtc
+        hiprtc.check_arch(arch.name)  # before the cache lookup: hiprtc 5.2 crashes on unknown targets
         return
     supported = nvrtc_supported()
     if arch.number not in supported:

@@ -72,7 +72,7 @@ def compiler_identity(backend: str) -> str:
     so a patch release (same major.minor, different code) misses too."""
     if backend == "hip":
         from ..compiler import hiprtc
-        return "hiprtc " + ".".join(map(str, hiprtc.version()))
+        return "hiprtc " + hiprtc.version_string()  # hip + comgr versions: comgr is the compiler
     if backend == "nvjitlink":
         from cuda.bindings import nvjitlink
         text, dist = "nvjitlink " + ".".join(map(str, nvjitlink.version())), "nvidia-nvjitlink"

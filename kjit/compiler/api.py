@@ -29,7 +29,7 @@ class CompileRequest:
     def compiler_version(self) -> str:
         if self.backend == "hip":
             from . import hiprtc
-            return "hiprtc " + ".".join(map(str, hiprtc.version()))
+            return "hiprtc " + hiprtc.version_string()
         from . import nvrtc
         return "nvrtc " + ".".join(map(str, nvrtc.version()))
 
@@ -61,6 +61,7 @@ def make_request(source: str, *, arch=None, target: str | None = None,
         from .hiprtc import check_options
         check_options(options)
         resolved = arch_mod.resolve(arch, "hip")
+        arch_mod.check_supported(resolved)
     else:
         target = target or "cubin"
         if target not in TARGETS:
