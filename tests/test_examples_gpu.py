@@ -1,0 +1,15 @@
+"""Every example runs on the GPU and checks its own results."""
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["saxpy.py", "templates.py", "constant_memory.py", "torch_cupy.py"])
+def test_example_runs(name, capsys):
+    runpy.run_path(str(EXAMPLES / name), run_name="__main__")
+    assert "ok" in capsys.readouterr().out
