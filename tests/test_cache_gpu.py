@@ -30,7 +30,8 @@ def test_disk_hit_from_another_process_loads_and_runs(tmp_path):
             "print(o.cache_hit)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ,
-                              "PYTHONPATH": str(Path(kjit.__file__).parents[1])})
+                              "PYTHONPATH": os.pathsep.join([str(Path(kjit.__file__).parents[1]),
+                                                             os.environ.get("PYTHONPATH", "")])})
     assert out.stdout.strip() == "False", out.stderr      # the other process compiled it
     core.current().memory.clear()
     obj = kjit.compile(src, arch=arch, name_expressions=["axpy<float>"])

@@ -140,3 +140,17 @@ def test_mangled_names_from_nvrtc_round_trip(template_src):
     import kjit
     obj = kjit.compile(template_src, arch="sm_90", name_expressions=["axpy<double>"])
     assert parameter_types(obj.symbols["axpy<double>"]) == ["double", "const double*", "double*", "int"]
+
+
+def test_ptx_parameter_types_for_code_loaded_without_source():
+    from pathlib import Path
+
+    from kjit.runtime.cdecl import ptx_param_types
+    ptx = (Path(__file__).parent / "data" / "skew" / "cube.ptx").read_bytes()
+    types = ptx_param_types(ptx, "cube")
+    assert [t.kind for t in types] == ["word64", "word64", "int"]
+    pk = Packer("cube", layout(types, ["x", "y", "n"], None), 0)
+    assert pk.convert_all((ptr(16), ptr(32), 5), []) == [16, 32, 5]
+    with pytest.raises(ArgumentError, match="kjit.ptr"):   # a bare int: pointer or integer?
+        pk.convert_all((16, ptr(32), 5), [])
+    assert ptx_param_types(ptx, "no_such_kernel") is None

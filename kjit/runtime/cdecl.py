@@ -196,3 +196,34 @@ def struct_dtype(ctype: CType) -> np.dtype:
         offsets.append(off)
     return np.dtype({"names": names, "formats": formats, "offsets": offsets,
                      "itemsize": ctype.size})
+
+
+# --- PTX .entry parameter types: for code loaded without its source (a .ptx file, a fatbin) --
+
+_PTX_ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
+_PTX_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[\w$]+\s*(?:\[\s*(\d+)\s*\])?")
+# PTX keeps only widths: NVRTC writes .u32 for int and unsigned alike, .u64 for pointers and
+# 64-bit integers. A 64-bit parameter therefore accepts device arrays, kjit.ptr and numpy
+# integers, but not a bare Python int (pointer or integer? kjit will not guess).
+WORD64 = CType("64-bit value (pointer or integer)", 8, 8, "word64", np.dtype("u8"))
+_PTX_TYPES = {"f32": SCALARS["float"], "f64": SCALARS["double"], "f16": SCALARS["__half"],
+              "u32": SCALARS["int"], "s32": SCALARS["int"], "b32": SCALARS["int"],
+              "u16": SCALARS["short"], "s16": SCALARS["short"], "b16": SCALARS["short"],
+              "u8": SCALARS["char"], "s8": SCALARS["char"], "b8": SCALARS["char"],
+              "u64": WORD64, "s64": WORD64, "b64": WORD64}
+
+
+def ptx_param_types(ptx: bytes | str, entry: str) -> list[CType | None] | None:
+    """The parameter types PTX declares for kernel `entry` (None per aggregate parameter)."""
+    text = ptx.decode("utf-8", "replace") if isinstance(ptx, bytes) else ptx
+    for m in _PTX_ENTRY.finditer(text):
+        if m.group(1) != entry:
+            continue
+        out: list[CType | None] = []
+        for decl in (d for d in m.group(2).split(",") if d.strip()):
+            pm = _PTX_PARAM.search(decl)
+            if pm is None:
+                return None
+            out.append(None if pm.group(2) else _PTX_TYPES.get(pm.group(1)))
+        return out
+    return None

@@ -201,6 +201,11 @@ class Module:
             if sig is not None:
                 ctypes_ = [p.ctype for p in sig.params]
                 names = [p.name for p in sig.params]
+        if ctypes_ is None:
+            ptx = self._ptx_text()
+            if ptx is not None:   # loaded without its source: PTX still tells widths and floats
+                ctypes_ = cdecl.ptx_param_types(ptx, symbol)
+                names = [f"arg{i}" for i in range(len(ctypes_ or ()))]
         if driver_info is not None:
             if ctypes_ is None or len(ctypes_) != len(driver_info) or any(
                     c is not None and c.size != size for c, (_, size) in zip(ctypes_, driver_info)):
@@ -215,6 +220,16 @@ class Module:
                 "from source (extern \"C\" or a name expression), or use a driver with "
                 "cuFuncGetParamInfo (CUDA 12.4+)")
         return layout(ctypes_, names, driver_info)
+
+    def _ptx_text(self) -> bytes | None:
+        if self.object.kind == "ptx":
+            return self.object.code
+        if self.object.kind == "fatbin":
+            from ..containers import entries
+            for entry in entries(self.object.code, "fatbin"):
+                if entry.kind == "ptx" and getattr(entry, "decoded", True):
+                    return entry.code
+        return None
 
     def get_global(self, name: str) -> Global:
         handle, _, _ = self._handle()

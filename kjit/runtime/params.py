@@ -50,7 +50,7 @@ class ParamSlot:
         return f"parameter {self.index} '{self.name}' ({t})"
 
 
-_SCALAR_FMT = {("int", 1): "b", ("int", 2): "h", ("int", 4): "i", ("int", 8): "q",
+_SCALAR_FMT = {("word64", 8): "Q", ("int", 1): "b", ("int", 2): "h", ("int", 4): "i", ("int", 8): "q",
                ("uint", 1): "B", ("uint", 2): "H", ("uint", 4): "I", ("uint", 8): "Q",
                ("float", 2): "e", ("float", 4): "f", ("float", 8): "d", ("bool", 1): "?"}
 
@@ -94,6 +94,10 @@ def convert(slot: ParamSlot, value: Any, device: int, pending: list) -> Any:
     if c is None:
         return _raw_bytes(slot, value)
     if c.kind == "pointer":
+        return _pointer(slot, value, device, pending)
+    if c.kind == "word64":  # from PTX: a pointer or a 64-bit integer
+        if isinstance(value, np.integer):
+            return int(value) & 0xFFFFFFFFFFFFFFFF
         return _pointer(slot, value, device, pending)
     if c.kind in ("int", "uint", "bool"):
         return _integer(slot, value)
@@ -188,7 +192,7 @@ def _pointer(slot: ParamSlot, value: Any, device: int, pending: list) -> int:
 
 def _check_array(slot: ParamSlot, dtype: np.dtype, contiguous: bool, arr_device: int | None,
                  device: int) -> None:
-    want = slot.ctype.dtype
+    want = slot.ctype.dtype if slot.ctype.kind == "pointer" else None  # word64: pointee unknown
     if want is not None:
         base = want.base if want.subdtype else want
         if dtype != want and dtype != base:
