@@ -75,12 +75,10 @@ def parse(arch: str | int | Arch, backend: str = "cuda") -> Arch:
 
 @functools.lru_cache(maxsize=None)
 def nvrtc_supported() -> tuple[int, ...]:
-    """The SM numbers the installed NVRTC can target (nvrtcGetSupportedArchs)."""
-    from cuda.bindings import nvrtc
-    err, archs = nvrtc.nvrtcGetSupportedArchs()
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:  # pragma: no cover - NVRTC always answers
-        raise InvalidOptionError(f"nvrtcGetSupportedArchs failed: {err!r}")
-    return tuple(int(a) for a in archs)
+    """The SM numbers the installed NVRTC can target (nvrtcGetSupportedArchs), remembered
+    across processes so a warm cache hit never loads libnvrtc."""
+    from .compiler import facts
+    return tuple(facts.nvrtc()["archs"])
 
 
 def check_supported(arch: Arch) -> None:

@@ -11,9 +11,8 @@ from .options import CompileOptions, nvrtc_flags
 
 @functools.lru_cache(maxsize=None)
 def version() -> tuple[int, int]:
-    from cuda.bindings import nvrtc
-    err, major, minor = nvrtc.nvrtcVersion()
-    _check(err, "nvrtcVersion")
+    from . import facts
+    major, minor = facts.nvrtc()["version"]
     return int(major), int(minor)
 
 
