@@ -14,7 +14,7 @@ ARCHS = "sm_80,sm_86,sm_90,sm_100"
 
 
 def _build(src: Path, out: Path, jobs: int, env: dict) -> float:
-    cmd = [sys.executable, "-m", "kjit.cli.main", "build", str(src), "-o", str(out),
+    cmd = [sys.executable, "-m", "kjit", "build", str(src), "-o", str(out),
            "--arch", ARCHS, "--ptx", "compute_90", "--jobs", str(jobs)]
     extra = [f"-I{p}" for p in {src.parent, src.parent / "include"} if p.is_dir()]
     t0 = time.perf_counter()

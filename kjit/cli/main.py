@@ -55,3 +55,7 @@ def main() -> None:
         raise SystemExit(1)
     except SystemExit:
         raise
+
+
+if __name__ == "__main__":
+    main()

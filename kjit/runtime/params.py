@@ -395,8 +395,9 @@ class Packer:
                              f"and {a}.device == DEVICE else CONVERT(SLOTS[{s.index}], {a}, DEVICE, pending)")
             elif c is not None and c.kind in ("int", "uint"):
                 # struct itself refuses floats and out-of-range ints (struct.error), and the
-                # careful path then names the parameter; ints go straight in
-                lines.append(f"    {v} = {a}")
+                # careful path then names the parameter: ints go straight to pack_into
+                values.append(a)
+                continue
             elif c is not None and c.kind == "float":
                 lines.append(f"    {v} = {a} if type({a}) is float else CONVERT(SLOTS[{s.index}], {a}, DEVICE, pending)")
             else:
