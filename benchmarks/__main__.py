@@ -51,6 +51,9 @@ def table(results: dict) -> str:
         if bare and fresh:
             lines.append(f"  {'kjit fresh process / bare driver':52s} {fresh / bare:10.2f}x "
                          f"(target <= {TARGET_FRESH_RATIO})")
+            with_np = cc.get("bare driver + import numpy fresh process ms")
+            if with_np:
+                lines.append(f"  {'kjit fresh process / (bare driver + numpy)':52s} {fresh / with_np:10.2f}x")
     b = results.get("build", {})
     if b:
         lines.append("kjit build of the example library")

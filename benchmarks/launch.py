@@ -7,6 +7,7 @@ import ctypes
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 from pathlib import Path
@@ -31,109 +32,175 @@ def _check(name: str, nargs: int, got: float) -> dict:
     return {"check": got}
 
 
-def bench_c(workdir: Path) -> dict[int, float]:
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    exe = workdir / "launch_bench"
-    subprocess.run([nvcc, "-O2", "-o", str(exe), str(HERE / "c" / "launch_bench.c"), "-lcuda"],
-                   check=True, capture_output=True)
-    out = {}
-    for n in NARGS:
-        cubin = workdir / f"k{n}.cubin"
-        kjit.compile(launch_source(n), target="cubin").save(cubin)
-        res = subprocess.run([str(exe), str(cubin), f"k{n}", str(n), str(PER_BATCH), str(BATCHES)],
-                             check=True, capture_output=True, text=True)
+ROUNDS = 5           # toolkits take turns, round after round, so drift hits them alike
+BATCHES_PER_ROUND = BATCHES // ROUNDS
+
+
+class Toolkit:
+    """One way to launch the benchmark kernels: prepare once, then time rounds."""
+
+    name = ""
+
+    def prepare(self, n: int) -> None: ...
+    def time_round(self, n: int) -> float: ...
+    def check(self, n: int) -> None: ...
+
+
+class C(Toolkit):
+    name = "C cuLaunchKernel"
+
+    def __init__(self, workdir: Path):
+        nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+        self.exe = workdir / "launch_bench"
+        self.workdir = workdir
+        subprocess.run([nvcc, "-O2", "-o", str(self.exe), str(HERE / "c" / "launch_bench.c"), "-lcuda"],
+                       check=True, capture_output=True)
+        self.last: dict[int, float] = {}
+
+    def prepare(self, n):
+        kjit.compile(launch_source(n), target="cubin").save(self.workdir / f"k{n}.cubin")
+
+    def time_round(self, n):
+        res = subprocess.run([str(self.exe), str(self.workdir / f"k{n}.cubin"), f"k{n}", str(n),
+                              str(PER_BATCH), str(BATCHES_PER_ROUND)], check=True,
+                             capture_output=True, text=True)
         data = json.loads(res.stdout)
-        _check("C", n, data["check"])
-        out[n] = data["per_launch_us_median"]
-    return out
+        self.last[n] = data["check"]
+        return data["per_launch_us_median"]
+
+    def check(self, n):
+        _check(self.name, n, self.last[n])
 
 
-def bench_bindings() -> dict[int, float]:
+class Bindings(Toolkit):
     """cuda.bindings with a prebuilt void** array: the Python floor."""
-    drv = driver.bindings()
-    out = {}
-    for n in NARGS:
-        mod = kjit.load(kjit.compile(launch_source(n)))
-        func = mod.get_function(f"k{n}").handle
+    name = "cuda.bindings void**"
+
+    def __init__(self):
+        self.state = {}
+
+    def prepare(self, n):
+        drv = driver.bindings()
+        func = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}").handle
         buf = kjit.zeros(16, np.float32)
         holders = [ctypes.c_uint64(buf.ptr)]
         for v in launch_args(n):
             holders.append(ctypes.c_int32(v) if isinstance(v, int) else ctypes.c_float(v))
         arr = (ctypes.c_void_p * n)(*[ctypes.addressof(h) for h in holders])
-        addr = ctypes.addressof(arr)
-        stream = drv.CUstream(0)
-        launch = drv.cuLaunchKernel
-        out[n] = per_launch_us(lambda: launch(func, 1, 1, 1, 32, 1, 1, 0, stream, addr, 0),
-                               kjit.synchronize)
-        _check("cuda.bindings", n, float(buf.get()[0]))
-    return out
+        addr, stream, launch = ctypes.addressof(arr), drv.CUstream(0), drv.cuLaunchKernel
+        self.state[n] = (buf, holders, arr, lambda: launch(func, 1, 1, 1, 32, 1, 1, 0, stream, addr, 0))
+
+    def time_round(self, n):
+        return per_launch_us(self.state[n][3], kjit.synchronize, batches=BATCHES_PER_ROUND)
+
+    def check(self, n):
+        _check(self.name, n, float(self.state[n][0].get()[0]))
 
 
-def bench_kjit() -> tuple[dict[int, float], dict[int, float]]:
-    sub, meth = {}, {}
-    for n in NARGS:
+class KjitGetitem(Toolkit):
+    name = "kjit k[grid, block](...)"
+
+    def __init__(self):
+        self.state = {}
+
+    def prepare(self, n):
         k = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}")
         buf = kjit.zeros(16, np.float32)
         args = [buf, *launch_args(n)]
-        launcher = k[1, 32]
+        self.state[n] = (buf, self.make(k, args))
 
-        def via_getitem():
-            k[1, 32](*args)
-        sub[n] = per_launch_us(via_getitem, kjit.synchronize)
-        _check("kjit k[]", n, float(buf.get()[0]))
-        buf.fill_zero()
-        meth[n] = per_launch_us(lambda: k.launch(1, 32, *args), kjit.synchronize)
-        _check("kjit.launch", n, float(buf.get()[0]))
-        del launcher
-    return sub, meth
+    def make(self, k, args):
+        return lambda: k[1, 32](*args)
+
+    def time_round(self, n):
+        return per_launch_us(self.state[n][1], kjit.synchronize, batches=BATCHES_PER_ROUND)
+
+    def check(self, n):
+        _check(self.name, n, float(self.state[n][0].get()[0]))
 
 
-def bench_cuda_core() -> dict[int, float] | str:
-    try:
+class KjitLaunch(KjitGetitem):
+    name = "kjit k.launch(...)"
+
+    def make(self, k, args):
+        return lambda: k.launch(1, 32, *args)
+
+
+class CudaCore(Toolkit):
+    name = "cuda.core launch"
+
+    def __init__(self):
         try:
             from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
         except ImportError:
             from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
-    except ImportError as exc:
-        return f"not installed ({exc})"
-    dev = Device(0)
-    dev.set_current()
-    stream = dev.create_stream()
-    arch = "".join(str(x) for x in dev.compute_capability)
-    out = {}
-    for n in NARGS:
-        prog = Program(launch_source(n), code_type="c++", options=ProgramOptions(arch=f"sm_{arch}"))
+        self.api = (Program, ProgramOptions, LaunchConfig, launch)
+        dev = Device(0)
+        dev.set_current()
+        self.stream = dev.create_stream()
+        self.arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
+        self.state = {}
+
+    def prepare(self, n):
+        Program, ProgramOptions, LaunchConfig, launch = self.api
+        prog = Program(launch_source(n), code_type="c++", options=ProgramOptions(arch=self.arch))
         kern = prog.compile("cubin").get_kernel(f"k{n}")
         buf = kjit.zeros(16, np.float32)
-        args = [buf.ptr]
-        for v in launch_args(n):  # cuda.core takes ints as pointers: pass exact numpy types
-            args.append(np.int32(v) if isinstance(v, int) else np.float32(v))
-        cfg = LaunchConfig(grid=1, block=32)
-        out[n] = per_launch_us(lambda: launch(stream, cfg, kern, *args), stream.sync)
-        _check("cuda.core", n, float(buf.get()[0]))
-    return out
+        args = [buf.ptr]  # cuda.core takes ints as pointers: scalars as exact numpy types
+        args += [np.int32(v) if isinstance(v, int) else np.float32(v) for v in launch_args(n)]
+        cfg, stream = LaunchConfig(grid=1, block=32), self.stream
+        self.state[n] = (buf, lambda: launch(stream, cfg, kern, *args))
+
+    def time_round(self, n):
+        return per_launch_us(self.state[n][1], self.stream.sync, batches=BATCHES_PER_ROUND)
+
+    def check(self, n):
+        _check(self.name, n, float(self.state[n][0].get()[0]))
 
 
-def bench_cupy() -> dict[int, float] | str:
-    try:
-        import cupy as cp
-    except ImportError as exc:
-        return f"not installed ({exc})"
-    out = {}
-    for n in NARGS:
+class CuPy(Toolkit):
+    name = "CuPy RawKernel"
+
+    def __init__(self):
+        import cupy
+        self.cp = cupy
+        self.state = {}
+
+    def prepare(self, n):
+        cp = self.cp
         kern = cp.RawKernel(launch_source(n), f"k{n}")
         buf = cp.zeros(16, cp.float32)
         args = (buf, *[np.int32(v) if isinstance(v, int) else np.float32(v) for v in launch_args(n)])
-        out[n] = per_launch_us(lambda: kern((1,), (32,), args), cp.cuda.Device().synchronize)
-        _check("CuPy", n, float(buf[0].get()))
-    return out
+        self.state[n] = (buf, lambda: kern((1,), (32,), args))
+
+    def time_round(self, n):
+        return per_launch_us(self.state[n][1], self.cp.cuda.Device().synchronize, batches=BATCHES_PER_ROUND)
+
+    def check(self, n):
+        _check(self.name, n, float(self.state[n][0][0].get()))
 
 
 def run() -> dict:
+    results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        results = {"C cuLaunchKernel": bench_c(Path(tmp))}
-    results["cuda.bindings void**"] = bench_bindings()
-    results["kjit k[grid, block](...)"], results["kjit k.launch(...)"] = bench_kjit()
-    results["cuda.core launch"] = bench_cuda_core()
-    results["CuPy RawKernel"] = bench_cupy()
-    return results
+        toolkits: list[Toolkit] = [C(Path(tmp)), Bindings(), KjitGetitem(), KjitLaunch()]
+        for factory in (CudaCore, CuPy):
+            try:
+                toolkits.append(factory())
+            except Exception as exc:  # a peer that is missing or changed its API
+                results[factory.name] = f"unavailable: {type(exc).__name__}: {exc}"
+        samples: dict[str, dict[int, list[float]]] = {t.name: {n: [] for n in NARGS} for t in toolkits}
+        for t in toolkits:
+            for n in NARGS:
+                t.prepare(n)
+        for _ in range(ROUNDS):
+            for n in NARGS:
+                for t in toolkits:
+                    samples[t.name][n].append(t.time_round(n))
+        for t in toolkits:
+            for n in NARGS:
+                t.check(n)   # every figure came from launches that did their work
+            results[t.name] = {n: statistics.median(v) for n, v in samples[t.name].items()}
+    order = ["C cuLaunchKernel", "cuda.bindings void**", "kjit k[grid, block](...)",
+             "kjit k.launch(...)", "cuda.core launch", "CuPy RawKernel"]
+    return {k: results[k] for k in order if k in results}
