@@ -293,3 +293,55 @@ def test_saxpy_on_an_amd_gpu():
         out = np.empty_like(y)
         dy.copy_to_host(out)
     np.testing.assert_allclose(out, 2.0 * x + 1.0)
+
+
+STRUCT_SRC = r'''
+typedef struct { float f; float4 f4; } S;
+extern "C" __global__ void saxpy_s(float a, const float* x, float* y, int n, S s) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i] + s.f + s.f4.w;
+}'''
+
+
+def _function_without_a_gpu(obj, name):
+    """A HipFunction over a compiled code object, built without hipModuleLoadData (no GPU)."""
+    mod = hip.HipModule.__new__(hip.HipModule)
+    mod.object, mod.code = obj, obj.code
+    mod.kernel_names, mod.archs = list(obj.entry_points), [obj.arch]
+    return hip.HipFunction(mod, name, 0, obj.lowered_name(name))
+
+
+@needs_hiprtc
+def test_hip_kernels_take_the_same_checked_arguments_as_cuda():
+    obj = kjit.compile(STRUCT_SRC, backend="hip", arch="gfx90a")
+    fn = _function_without_a_gpu(obj, "saxpy_s")
+    # layout from the code object's metadata, types from the source, as for CUDA
+    assert [(s.name, s.offset, s.size) for s in fn.params] == [
+        ("a", 0, 4), ("x", 8, 8), ("y", 16, 8), ("n", 24, 4), ("s", 32, 32)]
+    params = fn.pack((2.0, kjit.ptr(16), kjit.ptr(32), 5, {"f": 1.0, "f4": (1, 2, 3, 4)}))
+    raw = ctypes.string_at(params.extra[1], params.size)
+    assert struct.unpack_from("<f4xQQi", raw) == (2.0, 16, 32, 5)
+    assert struct.unpack_from("<f12x4f", raw, 32) == (1.0, 1.0, 2.0, 3.0, 4.0)
+    with pytest.raises(ArgumentError, match="host numpy array"):
+        fn.pack((2.0, np.ones(3, np.float32), kjit.ptr(32), 5, {"f": 1.0, "f4": (1, 2, 3, 4)}))
+    with pytest.raises(ArgumentError, match="does not fit"):
+        fn.pack((2.0, kjit.ptr(16), kjit.ptr(32), 2**40, {"f": 1.0, "f4": (1, 2, 3, 4)}))
+
+
+@needs_hiprtc
+def test_template_hip_kernel_types_come_from_the_mangled_name():
+    src = r'''template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) {
+        int i = threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }'''
+    obj = kjit.compile(src, backend="hip", arch="gfx90a", name_expressions=["axpy<double>"])
+    fn = _function_without_a_gpu(obj, "axpy<double>")
+    assert [s.ctype.name for s in fn.params] == ["double", "const double*", "double*", "int"]
+
+
+@needs_hiprtc
+def test_kjit_load_sends_amd_code_to_the_hip_runtime():
+    obj = kjit.compile(STRUCT_SRC, backend="hip", arch="gfx90a")
+    if hip.available():  # pragma: no cover - an AMD GPU is present
+        assert isinstance(kjit.load(obj), hip.HipModule)
+        return
+    with pytest.raises(CudaUnavailableError, match="no AMD GPU"):
+        kjit.load(obj)

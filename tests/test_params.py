@@ -154,3 +154,16 @@ def test_ptx_parameter_types_for_code_loaded_without_source():
     with pytest.raises(ArgumentError, match="kjit.ptr"):   # a bare int: pointer or integer?
         pk.convert_all((16, ptr(32), 5), [])
     assert ptx_param_types(ptx, "no_such_kernel") is None
+
+
+def test_array_on_another_device_is_refused():
+    from kjit.runtime.memory import DeviceArray, launch_key
+    arr = DeviceArray.__new__(DeviceArray)   # describes device 1 memory; never dereferenced
+    arr.ptr, arr.dtype, arr.device, arr.is_c_contiguous = 4096, np.dtype(np.float32), 1, True
+    arr.launch_key = launch_key(arr.dtype, 1)
+    pk = packer_for(r'extern "C" __global__ void k(const float* x) {}', "k")   # runs on device 0
+    with pytest.raises(ArgumentError, match="on device 1 but the kernel runs on device 0"):
+        pk.convert_all((arr,), [])
+    fill = pk.make_fill()   # the generated fast path must not take it either
+    with pytest.raises(ArgumentError, match="device 1"):
+        fill(ctypes.create_string_buffer(pk.size), [], arr)

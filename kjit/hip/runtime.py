@@ -315,7 +315,9 @@ class HipModule:
     """A loaded AMD code object or offload bundle (hipModuleLoadData)."""
 
     def __init__(self, code: Any):
-        self.code, self.kernel_names, self.archs = _loadable(code)
+        from ..objectcode import ObjectCode
+        self.object = code if isinstance(code, ObjectCode) else ObjectCode(bytes(code))
+        self.code, self.kernel_names, self.archs = _loadable(self.object)
         self._image = ctypes.create_string_buffer(self.code, len(self.code))
         handle = ctypes.c_void_p()
         call("hipModuleLoadData", ctypes.byref(handle), ctypes.addressof(self._image),
@@ -329,15 +331,25 @@ class HipModule:
         fn = self._functions.get(name)
         if fn is not None:
             return fn
+        symbol = self.object.lowered_name(name)   # "axpy<float>" -> its lowered name
         handle = ctypes.c_void_p()
         try:
-            call("hipModuleGetFunction", ctypes.byref(handle), self.handle, name.encode())
+            call("hipModuleGetFunction", ctypes.byref(handle), self.handle, symbol.encode())
         except DriverError as exc:
             if exc.hip_name in ("hipErrorNotFound", "hipErrorInvalidDeviceFunction"):
                 raise KernelNotFoundError(name, self.kernel_names) from None
             raise
-        fn = self._functions[name] = HipFunction(self, name, handle.value)
+        fn = self._functions[name] = HipFunction(self, name, handle.value, symbol)
         return fn
+
+    def code_object(self) -> bytes:
+        """One AMD code object of this module (argument layouts are the same in each)."""
+        if self.object.kind == "hipfb":
+            from .bundle import read_bundle
+            for entry in read_bundle(self.code):
+                if entry.kind == "hsaco":
+                    return entry.code
+        return self.code
 
     def get_global(self, name: str) -> tuple[int, int]:
         """(device address, size in bytes) of a __device__ variable (hipModuleGetGlobal)."""
@@ -364,12 +376,57 @@ class HipModule:
 
 
 class HipFunction:
-    """A kernel of a HipModule; launch() takes an already packed parameter buffer."""
+    """A kernel of a HipModule: `fn[grid, block](*args)` checks and packs arguments like a
+    CUDA kjit.Kernel; launch() takes an already packed parameter buffer."""
 
-    def __init__(self, module: HipModule, name: str, handle: int):
+    def __init__(self, module: HipModule, name: str, handle: int, symbol: str | None = None):
         self.module = module  # keeps the module loaded while the function lives
         self.name = name
+        self.symbol = symbol or name
         self.handle = handle
+        self._packer = None
+
+    @property
+    def params(self) -> tuple:
+        """Parameter slots: layout from the code object's metadata (comgr), types from the code."""
+        return tuple(self._packer_for().slots)
+
+    def _packer_for(self):
+        if self._packer is None:
+            from ..runtime.params import Packer
+            from ..runtime.signature import resolve_slots
+            from .comgr import kernel_args
+            info = kernel_args(self.module.code_object()).get(self.symbol)
+            layout = [tuple(a) for a in info.args] if info is not None else None
+            slots = resolve_slots(self.module.object, self.name, self.symbol, layout)
+            self._packer = Packer(self.name, slots, device=0)
+        return self._packer
+
+    def pack(self, args: tuple) -> HipParams:
+        """Arguments checked and converted exactly as for CUDA kernels, packed for HIP."""
+        import struct
+        packer = self._packer_for()
+        values = packer.convert_all(args, [])
+        buf = ctypes.create_string_buffer(max(packer.size, 1))
+        try:
+            packer.struct.pack_into(buf, 0, *values)
+        except (struct.error, OverflowError):
+            raise packer.diagnose(args) from None
+        return HipParams(buf, size=packer.size)
+
+    def __getitem__(self, config: Any):
+        """`fn[grid, block]` / `fn[grid, block, stream, shared_mem]`, like a CUDA kjit.Kernel."""
+        if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
+            raise ArgumentError("launch configuration is f[grid, block], f[grid, block, stream] "
+                                "or f[grid, block, stream, shared_mem]")
+        grid, block = config[0], config[1]
+        stream = config[2] if len(config) > 2 else None
+        shared = config[3] if len(config) > 3 else 0
+        LaunchConfig.make(grid, block, shared, stream)   # validate before any launch
+
+        def launch(*args: Any) -> None:
+            self.launch(self.pack(args), grid, block, shared, stream)
+        return launch
 
     def launch_args(self, params: HipParams, config: LaunchConfig) -> tuple:
         """The exact arguments of hipModuleLaunchKernel for this launch."""

@@ -13,9 +13,8 @@ from .. import driver
 from ..errors import ArgumentError, KernelNotFoundError, KjitError
 from ..jit_options import JitOptions, log_full, log_text
 from ..objectcode import ObjectCode
-from . import cdecl, mangled
 from .kernel import Kernel
-from .params import layout
+from .signature import resolve_slots
 
 
 def _as_object(code: Any) -> ObjectCode:
@@ -70,7 +69,6 @@ class Module:
         self._image = self._loadable_image(obj)
         self._handles: dict[int, Any] = {}    # context -> CUmodule
         self._kernels: dict[tuple[int, str], Kernel] = {}
-        self._decls = obj.metadata.get("declarations") or ""
         self._closed = False
 
     # --- loading ----------------------------------------------------------------------
@@ -81,11 +79,9 @@ class Module:
             raise KjitError(
                 f"kjit.load cannot load a {'relocatable object' if obj.kind == 'object' else 'library'} "
                 "directly: link it first, e.g. kjit.load(kjit.link([obj, ...]))")
-        if obj.kind in ("ltoir", "hsaco", "hipfb"):
-            raise KjitError(
-                f"kjit.load cannot load {obj.kind} with the CUDA driver: "
-                + ("link LTO-IR to a cubin first with kjit.link([...], lto=True)" if obj.kind == "ltoir"
-                   else "HIP code objects load through the HIP runtime (kjit.hip)"))
+        if obj.kind == "ltoir":
+            raise KjitError("kjit.load cannot load LTO-IR: link it to a cubin first with "
+                            "kjit.link([...], lto=True)")
         if obj.kind == "ptx" and obj.ptx_version is not None:
             from ..linker.choice import cuda_version_text, ptx_too_new
             drv_version = driver.driver_version()
@@ -188,38 +184,7 @@ class Module:
         return kernel
 
     def _slots(self, func: Any, name: str, symbol: str):
-        driver_info = _driver_param_info(func)
-        structs = cdecl.parse_structs(self._decls) if self._decls else {}
-        ctypes_, names = None, None
-        if symbol.startswith("_Z"):
-            types = mangled.parameter_types(symbol)
-            if types is not None:
-                ctypes_ = [cdecl.parse_type(t, structs) for t in types]
-                names = [f"arg{i}" for i in range(len(types))]
-        elif self._decls:
-            sig = cdecl.parse_signatures(self._decls).get(symbol)
-            if sig is not None:
-                ctypes_ = [p.ctype for p in sig.params]
-                names = [p.name for p in sig.params]
-        if ctypes_ is None:
-            ptx = self._ptx_text()
-            if ptx is not None:   # loaded without its source: PTX still tells widths and floats
-                ctypes_ = cdecl.ptx_param_types(ptx, symbol)
-                names = [f"arg{i}" for i in range(len(ctypes_ or ()))]
-        if driver_info is not None:
-            if ctypes_ is None or len(ctypes_) != len(driver_info) or any(
-                    c is not None and c.size != size for c, (_, size) in zip(ctypes_, driver_info)):
-                # The source says nothing (or something that disagrees): the driver's layout
-                # with unknown types, which accept only unambiguous values.
-                ctypes_ = [None] * len(driver_info)
-                names = names if names and len(names) == len(driver_info) else \
-                    [f"arg{i}" for i in range(len(driver_info))]
-        elif ctypes_ is None or any(c is None for c in ctypes_):
-            raise KjitError(
-                f"kjit cannot tell the parameter types of kernel {name!r}: compile it with kjit "
-                "from source (extern \"C\" or a name expression), or use a driver with "
-                "cuFuncGetParamInfo (CUDA 12.4+)")
-        return layout(ctypes_, names, driver_info)
+        return resolve_slots(self.object, name, symbol, _driver_param_info(func), self._ptx_text)
 
     def _ptx_text(self) -> bytes | None:
         if self.object.kind == "ptx":
@@ -291,6 +256,9 @@ def load(code: ObjectCode | bytes | str | os.PathLike, *, jit_options: JitOption
     Loading happens in the current context when the first kernel or global is asked for.
     """
     obj = _as_object(code)
+    if obj.kind in ("hsaco", "hipfb"):   # AMD code: the HIP runtime's twin of this path
+        from ..hip.runtime import HipModule
+        return HipModule(obj)  # type: ignore[return-value]
     if jit_options is not None and not isinstance(jit_options, JitOptions):
         raise ArgumentError("jit_options must be a kjit.JitOptions")
     mod = Module(obj, jit_options)

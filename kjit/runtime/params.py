@@ -215,9 +215,12 @@ def _pointer_device(address: int) -> int | None:
     from .. import driver
     if not address:
         return None
-    drv = driver.bindings()
-    err, ordinal = drv.cuPointerGetAttribute(
-        drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address)
+    try:
+        drv = driver.bindings()
+        err, ordinal = drv.cuPointerGetAttribute(
+            drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address)
+    except Exception:  # no CUDA driver (e.g. the HIP runtime): the device can't be checked
+        return None
     return int(ordinal) if not err else None
 
 
