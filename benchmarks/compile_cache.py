@@ -75,6 +75,55 @@ def _import_ms(module: str, env: dict) -> float:
     return statistics.median(samples)
 
 
+CORE = '''
+import time, numpy as np
+try:
+    from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+except ImportError:
+    from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
+from cuda.core.utils import FileStreamProgramCache
+dev = Device(0); dev.set_current(); s = dev.create_stream()
+arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
+with FileStreamProgramCache({path!r}) as cache:
+    obj = Program({src!r}, code_type="c++", options=ProgramOptions(arch=arch)).compile("cubin", cache=cache)
+k = obj.get_kernel("k3")
+from cuda.bindings import driver as d
+_, p = d.cuMemAlloc(64)
+launch(s, LaunchConfig(grid=1, block=32), k, int(p), np.int32(7), np.float32(2.5)); s.sync()
+print("OK", time.time())
+'''
+
+
+def _cuda_core_program_cache(tmp: Path, env: dict) -> dict:
+    """cuda.core's own program cache (FileStreamProgramCache, cuda.core 1.2+), where present."""
+    try:
+        try:
+            from cuda.core import Device, Program, ProgramOptions
+        except ImportError:
+            from cuda.core.experimental import Device, Program, ProgramOptions
+        from cuda.core.utils import FileStreamProgramCache
+    except ImportError as exc:
+        return {"cuda.core program cache": f"not in this cuda.core ({exc})"}
+    try:
+        dev = Device(0)
+        dev.set_current()
+        arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
+        path = str(tmp / "core-cache")
+        out = {}
+        with FileStreamProgramCache(path) as cache:
+            t0 = time.perf_counter()
+            Program(SRC, code_type="c++", options=ProgramOptions(arch=arch)).compile("cubin", cache=cache)
+            out["cuda.core cache cold compile ms"] = (time.perf_counter() - t0) * 1e3
+            t0 = time.perf_counter()
+            for _ in range(200):
+                Program(SRC, code_type="c++", options=ProgramOptions(arch=arch)).compile("cubin", cache=cache)
+            out["cuda.core cache in-process repeat us"] = (time.perf_counter() - t0) / 200 * 1e6
+        out["cuda.core cache fresh process to first launch ms"] = _fresh(CORE.format(path=path, src=SRC), env)
+        return out
+    except Exception as exc:
+        return {"cuda.core program cache": f"failed: {type(exc).__name__}: {exc}"}
+
+
 def run() -> dict:
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -154,4 +203,5 @@ def run() -> dict:
             out["cuda.core repeat (no in-process cache) us"] = (time.perf_counter() - t0) / 20 * 1e6
         except Exception as exc:  # an API change in cuda.core must not hide the other figures
             out["cuda.core"] = f"unavailable: {type(exc).__name__}: {exc}"
+        out.update(_cuda_core_program_cache(tmp, env))
     return out
