@@ -6,6 +6,7 @@ DriverError with all three names, and a missing libcuda into CudaUnavailableErro
 """
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Callable
 
@@ -71,13 +72,21 @@ def init() -> None:
         _initialized = True
 
 
+_has_device: bool | None = None
+
+
 def available() -> bool:
-    """True if a driver and at least one device exist. Never raises."""
+    """True if a driver and at least one device exist. Never raises; a yes is remembered
+    (devices don't vanish from a running process), a no is asked again."""
+    global _has_device
+    if _has_device:
+        return True
     try:
         init()
-        return device_count() > 0
+        _has_device = device_count() > 0
     except Exception:
         return False
+    return _has_device
 
 
 def call(fn: Callable[..., Any], *args: Any) -> Any:
@@ -106,7 +115,9 @@ def device_count() -> int:
     return call(bindings().cuDeviceGetCount)
 
 
+@functools.lru_cache(maxsize=None)
 def compute_capability(ordinal: int = 0) -> tuple[int, int]:
+    """(major, minor) of a device; asked once per device (compile with arch=None uses it)."""
     drv = bindings()
     dev = call(drv.cuDeviceGet, ordinal)
     attr = drv.CUdevice_attribute
