@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from .cdecl import CType, struct_dtype
-from .memory import DeviceArray, _HostTransfer, launch_key
+from .memory import DeviceArray, _c_strides, _HostTransfer, launch_key
 
 
 class ptr:
@@ -222,14 +222,6 @@ def _pointer_device(address: int) -> int | None:
     except Exception:  # no CUDA driver (e.g. the HIP runtime): the device can't be checked
         return None
     return int(ordinal) if not err else None
-
-
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides, acc = [], itemsize
-    for dim in reversed(shape):
-        strides.append(acc)
-        acc *= max(dim, 1)
-    return tuple(reversed(strides))
 
 
 def _aggregate(slot: ParamSlot, value: Any) -> bytes:
