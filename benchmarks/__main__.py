@@ -34,13 +34,13 @@ def table(results: dict) -> str:
         lines.append(f"launch: {launch['error']}")
     if isinstance(c, dict) and c:
         lines.append("host-side launch cost, us per launch (ratio to C)")
-        lines.append(f"{'toolkit':28s}" + "".join(f"{f'{n} args':>18s}" for n in c))
+        lines.append(f"{'toolkit':36s}" + "".join(f"{f'{n} args':>18s}" for n in c))
         for name, row in launch.items():
             if isinstance(row, str):
-                lines.append(f"{name:28s}  {row}")
+                lines.append(f"{name:36s}  {row}")
                 continue
             cells = "".join(f"{row[n]:>9.2f} ({row[n] / c[n]:4.2f}x)" for n in row)
-            lines.append(f"{name:28s}{cells}")
+            lines.append(f"{name:36s}{cells}")
     cc = results.get("compile_cache", {})
     if cc:
         lines.append("compile and cache")

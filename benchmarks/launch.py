@@ -119,6 +119,19 @@ class KjitGetitem(Toolkit):
         _check(self.name, n, float(self.state[n][0].get()[0]))
 
 
+class KjitViaBindings(KjitGetitem):
+    """kjit's launcher with cuda.bindings' cuLaunchKernel instead of the C call (the fallback
+    when kjit/runtime/_launch.c is not built)."""
+    name = "kjit k[...] via cuda.bindings call"
+
+    def prepare(self, n):
+        os.environ["KJIT_LAUNCH"] = "bindings"
+        try:
+            super().prepare(n)
+        finally:
+            del os.environ["KJIT_LAUNCH"]
+
+
 class KjitLaunch(KjitGetitem):
     name = "kjit k.launch(...)"
 
@@ -183,7 +196,8 @@ class CuPy(Toolkit):
 def run() -> dict:
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        toolkits: list[Toolkit] = [C(Path(tmp)), Bindings(), KjitGetitem(), KjitLaunch()]
+        toolkits: list[Toolkit] = [C(Path(tmp)), Bindings(), KjitGetitem(), KjitLaunch(),
+                                   KjitViaBindings()]
         for factory in (CudaCore, CuPy):
             try:
                 toolkits.append(factory())
@@ -204,5 +218,6 @@ def run() -> dict:
                 t.check(n)   # every figure came from launches that did their work
             results[t.name] = {n: statistics.median(v) for n, v in samples[t.name].items()}
     order = ["C cuLaunchKernel", "cuda.bindings void**", "kjit k[grid, block](...)",
-             "kjit k.launch(...)", "cuda.core launch", "CuPy RawKernel"]
+             "kjit k.launch(...)", "kjit k[...] via cuda.bindings call", "cuda.core launch",
+             "CuPy RawKernel"]
     return {k: results[k] for k in order if k in results}

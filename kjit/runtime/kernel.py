@@ -6,6 +6,7 @@ struct.pack_into into a buffer whose void** array the driver reads, then calls c
 """
 from __future__ import annotations
 
+import os
 import struct
 import threading
 from dataclasses import dataclass
@@ -19,6 +20,19 @@ from .stream import as_handle
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 _MAX_CONFIGS = 512
+
+
+def c_launch() -> Callable[..., int] | None:
+    """The compiled launch call (kjit/runtime/_launch.c), or None to use cuda.bindings'
+    cuLaunchKernel: when it was not built, or KJIT_LAUNCH=bindings asks for the fallback."""
+    if os.environ.get("KJIT_LAUNCH", "").strip().lower() == "bindings":
+        return None
+    try:
+        from . import _launch
+        _launch.bind()
+    except (ImportError, OSError):
+        return None
+    return _launch.launch
 
 
 def cdiv(a: int, b: int) -> int:
@@ -80,6 +94,7 @@ class Kernel:
         self._local = threading.local()
         self._configs: dict[Any, Callable] = {}
         self._shared_limit = DEFAULT_SHARED_LIMIT
+        self._c_launch = c_launch()
         self._make = self._build_factory()
         self._attributes: Attributes | None = None
 
@@ -135,7 +150,8 @@ class Kernel:
         stream = as_handle(config[2] if len(config) > 2 else None)
         shared = config[3] if len(config) > 3 else 0
         self._check_shared(shared)
-        launcher = self._make(*grid, *block, shared, stream)
+        # the C launch call takes the stream as a plain int handle
+        launcher = self._make(*grid, *block, shared, int(stream) if self._c_launch else stream)
         if len(self._configs) >= _MAX_CONFIGS:
             self._configs.clear()
         try:
@@ -233,7 +249,9 @@ class Kernel:
             "            pending.clear()\n"
             "            raise\n"
             "        LAST[0] = NAME\n"
-            "        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS, 0)[0]\n"
+            + ("        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
+               if self._c_launch else
+               "        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS, 0)[0]\n") +
             "        if err: FAILED(err, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
             "        if pending: FINISH(pending, stream)\n"
             "    return launch\n")
@@ -241,7 +259,8 @@ class Kernel:
             COUNT=packer.count_error, get_ident=threading.get_ident, OWNER=self._owner,
             OTHER=self._launch_other_thread, PENDING=[], BUF=self._buf, StructError=struct.error,
             DIAGNOSE=packer.diagnose, LAST=context_mod.last_launch, NAME=self.name,
-            LAUNCH=driver.bindings().cuLaunchKernel, FUNC=self.handle, PARAMS=self._ptrs_addr,
+            LAUNCH=self._c_launch or driver.bindings().cuLaunchKernel,
+            FUNC=int(self.handle) if self._c_launch else self.handle, PARAMS=self._ptrs_addr,
             FAILED=self._launch_failed, FINISH=self._finish)
         self._source = src
         exec(compile(src, f"<kjit launch {self.name}>", "exec"), names)
@@ -276,6 +295,7 @@ class Kernel:
     def _launch_failed(self, err, gx, gy, gz, bx, by, bz, shmem, stream, params) -> None:
         drv = driver.bindings()
         R = drv.CUresult
+        err = R(int(err))  # the C launch call returns a plain int
         if err in (R.CUDA_ERROR_INVALID_CONTEXT, R.CUDA_ERROR_INVALID_HANDLE):
             # A thread with no (or another) current context: make the kernel's context current
             # in this thread and launch again. Primary contexts are what CuPy/PyTorch use too.
