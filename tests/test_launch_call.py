@@ -33,3 +33,75 @@ def test_gpu_kernels_launch_through_the_c_call_when_built():
     out = kjit.zeros(32, np.int32)
     k[1, 32](out)
     assert out.get().tolist() == list(range(32))
+
+
+MIXED = (r'extern "C" __global__ void k(char a, unsigned char b, short c, unsigned short d, int e, '
+         r'unsigned f, long long g, size_t h, float i, double j, const float* x, double* y) {}')
+
+
+def _packers():
+    import numpy as np
+
+    from kjit.runtime.cdecl import parse_signatures
+    from kjit.runtime.params import Packer, layout
+    _launch = pytest.importorskip("kjit.runtime._launch", reason="C launch call not built here")
+    sig = parse_signatures(MIXED)["k"]
+    pk = Packer("k", layout([p.ctype for p in sig.params], [p.name for p in sig.params], None), 0)
+    return _launch.pack, pk, np
+
+
+def _array(np, dtype, ptr):
+    from kjit.runtime.memory import DeviceArray, launch_key
+    arr = DeviceArray.__new__(DeviceArray)   # describes device memory; never dereferenced
+    arr.ptr, arr.dtype, arr.device, arr.is_c_contiguous = ptr, np.dtype(dtype), 0, True
+    arr.launch_key = launch_key(arr.dtype, 0)
+    return arr
+
+
+def test_c_packer_writes_the_same_bytes_as_the_python_packer():
+    import ctypes
+    import random
+    pack, pk, np = _packers()
+    spec, tokens = pk.c_spec()
+    from kjit.runtime.memory import DeviceArray
+    rnd = random.Random()
+    for _ in range(200):
+        args = (rnd.randint(-128, 127), rnd.randint(0, 255), rnd.randint(-2**15, 2**15 - 1),
+                rnd.randint(0, 2**16 - 1), rnd.randint(-2**31, 2**31 - 1), rnd.randint(0, 2**32 - 1),
+                rnd.randint(-2**63, 2**63 - 1), rnd.randint(0, 2**64 - 1), rnd.uniform(-1e30, 1e30),
+                rnd.uniform(-1e300, 1e300), _array(np, np.float32, rnd.randint(1, 2**48)),
+                _array(np, np.float64, rnd.randint(1, 2**48)))
+        c_buf = ctypes.create_string_buffer(pk.size)
+        assert pack(spec, tokens, args, ctypes.addressof(c_buf), DeviceArray) == 0
+        py_buf = ctypes.create_string_buffer(pk.size)
+        pk.struct.pack_into(py_buf, 0, *pk.convert_all(args, []))
+        assert c_buf.raw == py_buf.raw
+
+
+@pytest.mark.parametrize("index, value", [
+    (0, 128), (1, -1), (4, 2**31), (5, -1), (7, 2**64), (4, True), (4, 1.0), (8, 1e39),
+    (8, 1), (10, "x"),
+])
+def test_c_packer_leaves_anything_unusual_to_python(index, value):
+    import ctypes
+    pack, pk, np = _packers()
+    from kjit.runtime.memory import DeviceArray
+    spec, tokens = pk.c_spec()
+    valid = [1, 1, 1, 1, 1, 1, 1, 1, 1.0, 1.0, _array(np, np.float32, 64), _array(np, np.float64, 64)]
+    args = list(valid)
+    args[index] = value
+    buf = ctypes.create_string_buffer(pk.size)
+    assert pack(spec, tokens, tuple(args), ctypes.addressof(buf), DeviceArray) == index + 1
+    args = list(valid)
+    args[10] = _array(np, np.float64, 64)   # an array of the wrong dtype: Python says so
+    assert pack(spec, tokens, tuple(args), ctypes.addressof(buf), DeviceArray) == 11
+    assert pack(spec, tokens, tuple(valid), ctypes.addressof(buf), DeviceArray) == 0
+    assert pack(spec, tokens, tuple(args[:3]), ctypes.addressof(buf), DeviceArray) == -1
+
+
+def test_kernels_with_structs_keep_the_python_launcher():
+    from kjit.runtime.cdecl import parse_signatures
+    from kjit.runtime.params import Packer, layout
+    sig = parse_signatures('extern "C" __global__ void k(float4 v, int n) {}')["k"]
+    pk = Packer("k", layout([p.ctype for p in sig.params], [p.name for p in sig.params], None), 0)
+    assert pk.c_spec() is None

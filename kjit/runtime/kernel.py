@@ -6,6 +6,7 @@ struct.pack_into into a buffer whose void** array the driver reads, then calls c
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
 import threading
@@ -20,6 +21,15 @@ from .stream import as_handle
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 _MAX_CONFIGS = 512
+
+
+def c_pack() -> Callable[..., int] | None:
+    """The compiled argument packer, when the C launch call is in use."""
+    try:
+        from . import _launch
+    except ImportError:
+        return None
+    return getattr(_launch, "pack", None)
 
 
 def c_launch() -> Callable[..., int] | None:
@@ -95,6 +105,7 @@ class Kernel:
         self._configs: dict[Any, Callable] = {}
         self._shared_limit = DEFAULT_SHARED_LIMIT
         self._c_launch = c_launch()
+        self._pending: list = []   # In/Out copies of the launch in flight (owner thread)
         self._make = self._build_factory()
         self._attributes: Attributes | None = None
 
@@ -224,6 +235,51 @@ class Kernel:
 
     # --- the generated fast path ------------------------------------------------------
     def _build_factory(self) -> Callable:
+        spec = self._packer.c_spec() if self._c_launch else None
+        pack = c_pack() if spec is not None else None
+        if pack is not None:
+            return self._build_c_factory(pack, *spec)
+        return self._build_python_factory()
+
+    def _build_c_factory(self, pack: Callable, spec: bytes, tokens: tuple) -> Callable:
+        """Every parameter is a number or a typed pointer: the C packer writes the common
+        values (exact ints and floats, matching kjit arrays) straight into the buffer and
+        hands anything else, every error included, to the Python converters."""
+        from .memory import DeviceArray
+        src = (
+            "def make(gx, gy, gz, bx, by, bz, shmem, stream):\n"
+            "    def launch(*args):\n"
+            "        if get_ident() != OWNER: return OTHER(args, gx, gy, gz, bx, by, bz, shmem, stream)\n"
+            "        if PACK(SPEC, TOKENS, args, BUFADDR, DeviceArray): SLOW(args)\n"
+            "        LAST[0] = NAME\n"
+            "        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
+            "        if err: FAILED(err, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
+            "        if PENDING: FINISH(PENDING, stream)\n"
+            "    return launch\n")
+        names = dict(
+            get_ident=threading.get_ident, OWNER=self._owner, OTHER=self._launch_other_thread,
+            PACK=pack, SPEC=spec, TOKENS=tokens, BUFADDR=ctypes.addressof(self._buf),
+            DeviceArray=DeviceArray, SLOW=self._fill_slow, LAST=context_mod.last_launch,
+            NAME=self.name, LAUNCH=self._c_launch, FUNC=int(self.handle), PARAMS=self._ptrs_addr,
+            FAILED=self._launch_failed, FINISH=self._finish, PENDING=self._pending)
+        self._source = src
+        exec(compile(src, f"<kjit launch {self.name}>", "exec"), names)
+        return names["make"]
+
+    def _fill_slow(self, args: tuple) -> None:
+        """The Python converters for a launch the C packer declined: they write every
+        argument (In/Out copies go to the pending list) or raise an ArgumentError."""
+        try:
+            values = self._packer.convert_all(args, self._pending)
+            self._packer.struct.pack_into(self._buf, 0, *values)
+        except (struct.error, OverflowError):
+            self._pending.clear()
+            raise self._packer.diagnose(args) from None
+        except BaseException:
+            self._pending.clear()
+            raise
+
+    def _build_python_factory(self) -> Callable:
         packer = self._packer
         fill_src, names = packer.fast_source()
         fill_body = fill_src.split("\n", 1)[1].rsplit("    pack_into(buf, 0", 1)
@@ -257,7 +313,7 @@ class Kernel:
             "    return launch\n")
         names.update(
             COUNT=packer.count_error, get_ident=threading.get_ident, OWNER=self._owner,
-            OTHER=self._launch_other_thread, PENDING=[], BUF=self._buf, StructError=struct.error,
+            OTHER=self._launch_other_thread, PENDING=self._pending, BUF=self._buf, StructError=struct.error,
             DIAGNOSE=packer.diagnose, LAST=context_mod.last_launch, NAME=self.name,
             LAUNCH=self._c_launch or driver.bindings().cuLaunchKernel,
             FUNC=int(self.handle) if self._c_launch else self.handle, PARAMS=self._ptrs_addr,

@@ -360,6 +360,29 @@ class Packer:
         arr = (ctypes.c_void_p * max(len(self.slots), 1))(*[base + s.offset for s in self.slots])
         return buf, arr, ctypes.addressof(arr)
 
+    # kinds of the C packer (kjit/runtime/_launch.c): 0 means "only Python can convert this"
+    _C_KINDS = {("int", 1): 1, ("uint", 1): 2, ("int", 2): 3, ("uint", 2): 4, ("int", 4): 5,
+                ("uint", 4): 6, ("int", 8): 7, ("uint", 8): 8, ("float", 4): 10, ("float", 8): 11}
+
+    def c_spec(self) -> tuple[bytes, tuple] | None:
+        """(spec, tokens) for the C packer, or None when a parameter needs Python (structs,
+        vectors, bools, halves, pointers of unknown type): then the generated Python
+        launcher, which converts only those arguments the slow way, is faster."""
+        spec, tokens = [], []
+        for s in self.slots:
+            c = s.ctype
+            if c is None:
+                return None
+            if c.kind == "pointer" and c.dtype is not None:
+                kind, token = 20, launch_key(c.dtype.base if c.dtype.subdtype else c.dtype, self.device)
+            else:
+                kind, token = self._C_KINDS.get((c.kind, c.size), 0), None
+            if kind == 0:
+                return None
+            spec.append(struct.pack("<ii", kind, s.offset))
+            tokens.append(token)
+        return b"".join(spec), tuple(tokens)
+
     def convert_all(self, args: tuple, pending: list) -> list:
         if len(args) != len(self.slots):
             raise self.count_error(len(args))
