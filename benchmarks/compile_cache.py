@@ -158,12 +158,13 @@ def run() -> dict:
         os.utime(inc / "coef.h", (old, old))
         hsrc = '#include "coef.h"\n' + SRC.replace("+ a;", "+ a * (COEF / 2.5f);")
         opts = f", options=kjit.CompileOptions(include_dirs=[{str(inc)!r}])"
+        hopts = kjit.CompileOptions(include_dirs=[str(inc)])   # built once, as a program would
         t0 = time.perf_counter()
-        kjit.compile(hsrc, options=kjit.CompileOptions(include_dirs=[str(inc)]))
+        kjit.compile(hsrc, options=hopts)
         out["kjit cold compile with include-dir header ms"] = (time.perf_counter() - t0) * 1e3
         t0 = time.perf_counter()
         for _ in range(n):
-            kjit.compile(hsrc, options=kjit.CompileOptions(include_dirs=[str(inc)]))
+            kjit.compile(hsrc, options=hopts)
         out["kjit in-process repeat with header us"] = (time.perf_counter() - t0) / n * 1e6
         out["kjit fresh process with header ms"] = _fresh(KJIT.format(src=hsrc, extra=opts), env)
         # CuPy
