@@ -45,7 +45,8 @@ class KernelFunction:
             raise ArgumentError(f"{source_fn.__name__} has no compile-time parameter(s) {sorted(unknown)}; "
                                 f"it has {sorted(self.defaults)}")
         self.name = name or source_fn.__name__
-        self._by_device: dict[int, Any] = {}
+        self._by_context: dict[tuple[int, int], Any] = {}
+        self._get_current = lambda: driver.bindings().cuCtxGetCurrent()
         self._specializations: dict[tuple, KernelFunction] = {}
         self.object = None
         functools.update_wrapper(self, source_fn)
@@ -80,19 +81,23 @@ class KernelFunction:
                             name=f"{self.source_fn.__name__}.cu")
 
     def kernel(self):
-        """The loaded kjit.Kernel on the current device (compiled and loaded on first use)."""
-        device = driver.current_device()
-        k = self._by_device.get(device)
+        """The loaded kjit.Kernel for the current context (compiled and loaded on first use)."""
+        ctx = driver.ensure_context()
+        key = (int(ctx), driver.context_epoch(ctx))
+        k = self._by_context.get(key)
         if k is None:
             from .runtime.module import load
             obj = self.compile()
             self.object = obj
             k = load(obj, jit_options=self.jit_options).get_function(self.name)
-            self._by_device[device] = k
+            self._by_context[key] = k
         return k
 
     def __getitem__(self, config: Any) -> Callable[..., None]:
-        k = self._by_device.get(getattr(driver._tls, "default_device", 0))
+        # keyed by the thread's current context, so a device switch made by CuPy or PyTorch
+        # (or kjit.Device) picks that device's kernel; one cheap driver call
+        err, ctx = self._get_current()
+        k = self._by_context.get((int(ctx), driver.context_epoch(ctx))) if not err else None
         if k is None:
             k = self.kernel()
         return k[config]

@@ -131,9 +131,19 @@ def compute_capability(ordinal: int = 0) -> tuple[int, int]:
 # thread on demand, so work started from any thread finds a context.
 
 _primary: dict[int, Any] = {}
-# Contexts kjit destroyed: memory and modules that lived in them are gone with them, and
-# touching them again (a late free, an unload) would crash the driver, so they are skipped.
-destroyed_contexts: set[int] = set()
+# A context's epoch grows each time kjit destroys a context at that address. Memory, streams
+# and modules remember the epoch they were made in: once their context is gone, touching them
+# (a late free, an unload) would crash the driver, so they are skipped; and a new context the
+# driver puts at the same address starts a new epoch, so it never inherits the old one's state.
+_epochs: dict[int, int] = {}
+
+
+def context_epoch(ctx: Any) -> int:
+    return _epochs.get(int(ctx), 0)
+
+
+def context_destroyed(ctx: Any) -> None:
+    _epochs[int(ctx)] = _epochs.get(int(ctx), 0) + 1
 
 
 def primary_context(ordinal: int) -> Any:

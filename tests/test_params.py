@@ -167,3 +167,39 @@ def test_array_on_another_device_is_refused():
     fill = pk.make_fill()   # the generated fast path must not take it either
     with pytest.raises(ArgumentError, match="device 1"):
         fill(ctypes.create_string_buffer(pk.size), [], arr)
+
+
+def test_pointer_to_pointer_takes_arrays_of_addresses():
+    assert parse_type("float**").dtype is None
+    assert parse_type("const float* const*").dtype is None
+    assert parse_type("const float*").dtype == np.float32
+
+
+def test_unnamed_parameters_keep_multi_word_types():
+    sig = parse_signatures('extern "C" __global__ void k(float*, unsigned char, unsigned short, '
+                           'signed char, int);')["k"]
+    assert [p.ctype.size for p in sig.params] == [8, 1, 2, 1, 4]
+
+
+def test_nested_fields_are_checked_like_parameters():
+    src = ("struct P { float3 pos; int id; };\n"
+           'extern "C" __global__ void k(P p) {}')
+    pk = packer_for(src, "k")
+    raw = pk.convert_all(({"pos": (1.0, 2.0, 3.0), "id": 7},), [])[0]
+    assert struct.unpack_from("<3fi", raw) == (1.0, 2.0, 3.0, 7)
+    with pytest.raises(ArgumentError, match="3 components, got 2"):
+        pk.convert_all(({"pos": (1.0, 2.0), "id": 7},), [])
+    with pytest.raises(ArgumentError, match="integer"):
+        pk.convert_all(({"pos": (1.0, 2.0, 3.0), "id": 2.7},), [])
+    with pytest.raises(ArgumentError, match="overflows"):
+        pk.convert_all(({"pos": (1e39, 2.0, 3.0), "id": 1},), [])
+    with pytest.raises(ArgumentError, match="missing"):
+        pk.convert_all(({"pos": {"x": 1.0, "y": 2.0}, "id": 1},), [])
+
+
+def test_huge_int_for_a_float_parameter_is_an_argument_error():
+    pk = packer_for(r'extern "C" __global__ void k(float a, __half h) {}', "k")
+    with pytest.raises(ArgumentError, match="overflows"):
+        pk.convert_all((2**200, 1.0), [])
+    with pytest.raises(ArgumentError, match="overflows"):
+        pk.convert_all((1.0, 70000), [])

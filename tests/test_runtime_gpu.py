@@ -355,3 +355,29 @@ def test_torch_and_cupy_interop():
     saxpy[kjit.cdiv(n, 256), 256](1.0, cx, DlpackOnly(dl), n)
     torch.cuda.synchronize()
     np.testing.assert_allclose(dl.cpu().numpy(), cp.asnumpy(cx))
+
+
+def test_failed_launch_leaves_no_pending_copies_and_odd_values_take_the_careful_path():
+    src = r'''extern "C" __global__ void fill(int* out, int v, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = v; }'''
+    k = kjit.load(kjit.compile(src)).get_function("fill")
+    first = np.full(64, -1, np.int32)
+    with pytest.raises(DriverError):
+        k[1, 4096](kjit.Out(first), 5, 64)            # too many threads: nothing runs
+    second = np.zeros(64, np.int32)
+    k[[2, 1], 32](kjit.Out(second), np.bool_(True), np.int64(64))   # list grid, numpy scalars
+    np.testing.assert_array_equal(second, np.ones(64, np.int32))
+    np.testing.assert_array_equal(first, np.full(64, -1, np.int32))  # untouched by the later launch
+
+
+def test_zeros_and_in_copies_are_complete_before_a_non_blocking_stream_reads_them():
+    src = r'''extern "C" __global__ void add(const float* a, const float* b, float* c, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) c[i] = a[i] + b[i]; }'''
+    k = kjit.load(kjit.compile(src)).get_function("add")
+    s = kjit.Stream(non_blocking=True)
+    n = 1 << 22
+    for _ in range(3):
+        ah = rng.standard_normal(n).astype(np.float32)
+        out = np.empty(n, np.float32)
+        k[kjit.cdiv(n, 256), 256, s](kjit.In(ah), kjit.zeros(n, np.float32), kjit.Out(out), n)
+        np.testing.assert_array_equal(out, ah)

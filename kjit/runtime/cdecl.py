@@ -98,6 +98,8 @@ def parse_type(text: str, structs: dict[str, CType] | None = None) -> CType | No
         dt = pointee.dtype if pointee is not None and pointee.kind != "vector" else None
         if pointee is not None and pointee.kind == "vector":
             dt = np.dtype((pointee.dtype, pointee.count)) if pointee.count else None
+        if stars > 1:   # T**: an array of device addresses, whatever T is
+            dt = None
         return CType(text.strip(), POINTER_SIZE, POINTER_SIZE, "pointer", dt, const=const)
     return SCALARS.get(base) or VECTORS.get(base) or (structs or {}).get(base)
 
@@ -160,6 +162,10 @@ def parse_structs(source: str) -> dict[str, CType]:
     return structs
 
 
+_TYPE_WORDS = {"char", "short", "int", "long", "float", "double", "signed", "unsigned", "bool",
+               "half", "size_t"} | set(VECTORS)
+
+
 def parse_signatures(source: str) -> dict[str, Signature]:
     """Signatures of the `extern "C"` (unmangled) kernels in the source, by kernel name.
 
@@ -177,6 +183,8 @@ def parse_signatures(source: str) -> dict[str, Signature]:
             for i, decl in enumerate(p.strip() for p in params_text.split(",")):
                 decl = decl.split("=")[0].strip()
                 pm = re.match(r"^(.*?)([A-Za-z_]\w*)\s*$", decl)
+                if pm and pm.group(2) in _TYPE_WORDS:   # unnamed: `unsigned char`, `float*, int`
+                    pm = None
                 if pm and pm.group(1).strip() and not pm.group(1).strip().endswith("::"):
                     type_text, pname = pm.group(1), pm.group(2)
                 else:

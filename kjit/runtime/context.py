@@ -112,7 +112,7 @@ class Context:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            driver.destroyed_contexts.add(int(self.handle))
+            driver.context_destroyed(self.handle)
             driver.call(driver.bindings().cuCtxDestroy, self.handle)
 
     def _check_open(self) -> None:

@@ -58,8 +58,8 @@ def _dim3(value: Any, what: str) -> tuple[int, int, int]:
     else:
         raise ArgumentError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}")
     for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-            raise ArgumentError(f"{what} dimensions must be positive ints, got {value!r}")
+        if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d < 2**32:
+            raise ArgumentError(f"{what} dimensions must be ints in 1..2**32-1, got {value!r}")
     return dims  # type: ignore[return-value]
 
 
@@ -148,7 +148,10 @@ class Kernel:
 
     # --- launching --------------------------------------------------------------------
     def __getitem__(self, config: Any) -> Callable[..., None]:
-        launcher = self._configs.get(config)
+        try:
+            launcher = self._configs.get(config)
+        except TypeError:   # k[[2, 1], 32]: lists are fine, just not as a cache key
+            launcher = None
         if launcher is None:
             launcher = self._configure(config)
         return launcher
@@ -172,8 +175,8 @@ class Kernel:
         return launcher
 
     def _check_shared(self, shared: Any) -> None:
-        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
-            raise ArgumentError(f"shared_mem must be a byte count >= 0, got {shared!r}")
+        if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared < 2**32:
+            raise ArgumentError(f"shared_mem must be a byte count in 0..2**32-1, got {shared!r}")
         if shared > self._shared_limit:
             self.set_max_dynamic_shared(shared)
 
@@ -270,6 +273,7 @@ class Kernel:
         """The Python converters for a launch the C packer declined: they write every
         argument (In/Out copies go to the pending list) or raise an ArgumentError."""
         try:
+            self._ensure_context()  # In/Out copies must land in the kernel's context
             values = self._packer.convert_all(args, self._pending)
             self._packer.struct.pack_into(self._buf, 0, *values)
         except (struct.error, OverflowError):
@@ -300,7 +304,7 @@ class Kernel:
             f"{indent(indent(pack_tail.rstrip()))}\n"
             "        except (StructError, OverflowError):\n"
             "            pending.clear()\n"
-            "            raise DIAGNOSE(args) from None\n"
+            "            SLOW(args)  # the careful converters: they pack it or name what is wrong\n"
             "        except BaseException:\n"
             "            pending.clear()\n"
             "            raise\n"
@@ -314,7 +318,7 @@ class Kernel:
         names.update(
             COUNT=packer.count_error, get_ident=threading.get_ident, OWNER=self._owner,
             OTHER=self._launch_other_thread, PENDING=self._pending, BUF=self._buf, StructError=struct.error,
-            DIAGNOSE=packer.diagnose, LAST=context_mod.last_launch, NAME=self.name,
+            SLOW=self._fill_slow, LAST=context_mod.last_launch, NAME=self.name,
             LAUNCH=self._c_launch or driver.bindings().cuLaunchKernel,
             FUNC=int(self.handle) if self._c_launch else self.handle, PARAMS=self._ptrs_addr,
             FAILED=self._launch_failed, FINISH=self._finish)
@@ -323,6 +327,7 @@ class Kernel:
         return names["make"]
 
     def _pack_slow(self, args: tuple) -> tuple[Any, Any, int, list]:
+        self._ensure_context()  # In/Out copies must land in the kernel's context
         pending: list = []
         values = self._packer.convert_all(args, pending)
         buf, ptrs, addr = self._packer.new_buffers()
@@ -361,6 +366,7 @@ class Kernel:
                 (err,) = drv.cuLaunchKernel(self.handle, gx, gy, gz, bx, by, bz, shmem, stream, params, 0)
                 if not err:
                     return
+        self._pending.clear()  # nothing ran: no Out copies to make, now or at a later launch
         try:
             driver.raise_for(err, f"cuLaunchKernel({self.name})")
         except DriverError as exc:

@@ -10,16 +10,24 @@ from .. import driver
 from ..errors import ArgumentError
 
 
-def _free(ptr: int, ctx: Any) -> None:
-    if int(ctx) in driver.destroyed_contexts:
+def _free(ptr: int, ctx: Any, epoch: int) -> None:
+    if driver.context_epoch(ctx) != epoch:   # its context was destroyed: the memory went with it
         return
     drv = driver.bindings()
     try:
-        drv.cuCtxPushCurrent(ctx)
+        (err,) = drv.cuCtxPushCurrent(ctx)
+        if err:   # never pop the caller's own context
+            return
         drv.cuMemFree(ptr)
         drv.cuCtxPopCurrent()
     except Exception:  # interpreter shutdown: the driver may already be gone
         pass
+
+
+def _legacy_stream_sync() -> None:
+    """Wait for the legacy stream: cuMemsetD8 and pageable cuMemcpyHtoD may return before the
+    device memory is written, and a kernel on a non-blocking stream would not wait for them."""
+    driver.call(driver.bindings().cuStreamSynchronize, driver.bindings().CUstream(0))
 
 
 class DeviceArray:
@@ -51,7 +59,7 @@ class DeviceArray:
             ctx = driver.ensure_context()
             self.device = driver.current_device() if device is None else device
             self.ptr = int(driver.call(driver.bindings().cuMemAlloc, max(self.nbytes, 1)))
-            self._finalizer = weakref.finalize(self, _free, self.ptr, ctx)
+            self._finalizer = weakref.finalize(self, _free, self.ptr, ctx, driver.context_epoch(ctx))
         else:
             self.ptr = int(ptr)
             self.device = driver.current_device() if device is None else device
@@ -91,6 +99,7 @@ class DeviceArray:
         if self.nbytes:
             driver.ensure_context()
             driver.call(driver.bindings().cuMemcpyHtoD, self.ptr, host.ctypes.data, self.nbytes)
+            _legacy_stream_sync()
         return self
 
     def copy_to_host(self, out: np.ndarray | None = None, stream: Any = None) -> np.ndarray:
@@ -112,6 +121,7 @@ class DeviceArray:
         if self.nbytes:
             driver.ensure_context()
             driver.call(driver.bindings().cuMemsetD8, self.ptr, 0, self.nbytes)
+            _legacy_stream_sync()
         return self
 
     def _require_contiguous(self, what: str) -> None:

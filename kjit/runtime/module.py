@@ -67,7 +67,7 @@ class Module:
         self.error_log = ""
         self.jit_wall_time_ms = 0.0
         self._image = self._loadable_image(obj)
-        self._handles: dict[int, Any] = {}    # context -> CUmodule
+        self._handles: dict[tuple[int, int], Any] = {}    # (context, epoch) -> CUmodule
         self._kernels: dict[tuple[int, str], Kernel] = {}
         self._closed = False
 
@@ -132,7 +132,7 @@ class Module:
         if self._closed:
             raise KjitError("this module was unloaded")
         ctx = driver.ensure_context()
-        key = int(ctx)
+        key = (int(ctx), driver.context_epoch(ctx))   # a reused context address is a new context
         h = self._handles.get(key)
         if h is None:
             h = self._load_into_current()
@@ -168,7 +168,7 @@ class Module:
     def get_function(self, name: str) -> Kernel:
         """The kernel `name` (an entry point or a name expression such as "axpy<float>")."""
         handle, device, ctx = self._handle()
-        cached = self._kernels.get((int(ctx), name))
+        cached = self._kernels.get((int(ctx), driver.context_epoch(ctx), name))
         if cached is not None:
             return cached
         symbol = self.object.lowered_name(name)
@@ -180,7 +180,7 @@ class Module:
                 raise KernelNotFoundError(name, available)
             driver.raise_for(err, f"cuModuleGetFunction({name})")
         kernel = Kernel(self, func, name, symbol, self._slots(func, name, symbol), device, ctx)
-        self._kernels[(int(ctx), name)] = kernel
+        self._kernels[(int(ctx), driver.context_epoch(ctx), name)] = kernel
         return kernel
 
     def _slots(self, func: Any, name: str, symbol: str):
@@ -217,8 +217,8 @@ class Module:
             return
         self._closed = True
         drv = driver.bindings()
-        for ctx, h in self._handles.items():
-            if ctx not in driver.destroyed_contexts:
+        for (ctx, epoch), h in self._handles.items():
+            if driver.context_epoch(ctx) == epoch:
                 drv.cuModuleUnload(h)
         self._handles.clear()
         self._kernels.clear()

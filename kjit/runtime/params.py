@@ -133,7 +133,10 @@ def _floating(slot: ParamSlot, value: Any) -> Any:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ArgumentError(f"{slot.describe()}: expected a number, got {type(value).__name__} {value!r}")
     if isinstance(value, (int, np.integer)):
-        as_float = c.dtype.type(value)
+        with np.errstate(over="ignore"):
+            as_float = c.dtype.type(float(value)) if abs(int(value)) < 2**1000 else c.dtype.type("inf")
+        if not np.isfinite(as_float):
+            raise ArgumentError(f"{slot.describe()}: {int(value)} overflows {c.name}")
         if int(as_float) != int(value):
             raise ArgumentError(
                 f"{slot.describe()}: the integer {int(value)} cannot be represented exactly as "
@@ -280,25 +283,39 @@ def _assign(out: np.ndarray, values: dict, slot: ParamSlot) -> None:
 
 
 def _store(out: np.ndarray, name: str, value: Any, slot: ParamSlot) -> None:
+    """Write one field, recursing into nested structs and vectors with the same checks as
+    top-level parameters: exact lane counts, no float into an int, no overflow."""
     field_dt = out.dtype.fields[name][0]
     if field_dt.names:
-        if isinstance(value, dict):
-            for k in field_dt.names:
-                out[name][k] = value[k]
-        elif isinstance(value, (np.void, np.ndarray)) and value.dtype.names:
-            for k in field_dt.names:
-                out[name][k] = value[k]
+        sub = out[name]
+        if isinstance(value, dict) or (isinstance(value, (np.void, np.ndarray)) and value.dtype.names):
+            values = value if isinstance(value, dict) else {k: value[k] for k in value.dtype.names}
+            unknown, missing = set(values) - set(field_dt.names), set(field_dt.names) - set(values)
+            if unknown or missing:
+                raise ArgumentError(
+                    f"{slot.describe()}: field {name} has fields {', '.join(field_dt.names)}; "
+                    + (f"unknown {sorted(unknown)} " if unknown else "")
+                    + (f"missing {sorted(missing)}" if missing else ""))
         else:
-            lanes = np.asarray(value).ravel()
-            for k, lane in zip(field_dt.names, lanes):
-                out[name][k] = lane
+            lanes = list(np.asarray(value).ravel())
+            if len(lanes) != len(field_dt.names):
+                raise ArgumentError(f"{slot.describe()}: field {name} has {len(field_dt.names)} "
+                                    f"components, got {len(lanes)}")
+            values = dict(zip(field_dt.names, lanes))
+        for k in field_dt.names:
+            _store(sub, k, values[k], slot)
         return
-    if field_dt.kind in "iu" and isinstance(value, (float, np.floating)):
-        raise ArgumentError(f"{slot.describe()}: field {name} is an integer, got {value!r}")
     if field_dt.kind in "iu":
+        if isinstance(value, (float, np.floating)):
+            raise ArgumentError(f"{slot.describe()}: field {name} is an integer, got {value!r}")
         info = np.iinfo(field_dt)
         if not info.min <= int(value) <= info.max:
             raise ArgumentError(f"{slot.describe()}: field {name}={value} does not fit {field_dt}")
+    elif field_dt.kind == "f":
+        with np.errstate(over="ignore"):
+            narrowed = field_dt.type(value)
+        if np.isfinite(float(value)) and not np.isfinite(narrowed):
+            raise ArgumentError(f"{slot.describe()}: field {name}={value!r} overflows {field_dt}")
     out[name] = value
 
 

@@ -11,7 +11,8 @@ class Stream:
     """A CUDA stream (cuStreamCreate). `non_blocking=True` does not sync with the legacy stream."""
 
     def __init__(self, non_blocking: bool = False, priority: int = 0):
-        self._ctx = int(driver.ensure_context())
+        ctx = driver.ensure_context()
+        self._ctx, self._epoch = int(ctx), driver.context_epoch(ctx)
         drv = driver.bindings()
         flags = drv.CUstream_flags.CU_STREAM_NON_BLOCKING if non_blocking else \
             drv.CUstream_flags.CU_STREAM_DEFAULT
@@ -24,7 +25,7 @@ class Stream:
         self = cls.__new__(cls)
         self.handle = driver.bindings().CUstream(int(handle))
         self._owned = False
-        self._ctx = 0
+        self._ctx, self._epoch = 0, 0
         return self
 
     @property
@@ -49,7 +50,7 @@ class Stream:
         driver.call(driver.bindings().cuStreamWaitEvent, self.handle, event.handle, 0)
 
     def close(self) -> None:
-        if self._owned and self.handle is not None and self._ctx not in driver.destroyed_contexts:
+        if self._owned and self.handle is not None and driver.context_epoch(self._ctx) == self._epoch:
             drv = driver.bindings()
             drv.cuStreamDestroy(self.handle)
             self.handle = None
@@ -68,7 +69,8 @@ class Event:
     """A CUDA event; `end.elapsed_time(start)` gives milliseconds between two recorded events."""
 
     def __init__(self, timing: bool = True):
-        self._ctx = int(driver.ensure_context())
+        ctx = driver.ensure_context()
+        self._ctx, self._epoch = int(ctx), driver.context_epoch(ctx)
         drv = driver.bindings()
         flags = drv.CUevent_flags.CU_EVENT_DEFAULT if timing else drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
         self.handle = driver.call(drv.cuEventCreate, flags)
@@ -91,7 +93,7 @@ class Event:
 
     def __del__(self) -> None:
         try:
-            if self._ctx not in driver.destroyed_contexts:
+            if driver.context_epoch(self._ctx) == self._epoch:
                 driver.bindings().cuEventDestroy(self.handle)
         except Exception:
             pass
