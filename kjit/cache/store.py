@@ -159,19 +159,16 @@ class DiskStore:
         return entry_mod.decode(blob, key)
 
     def put(self, key: str, obj: ObjectCode, meta: dict[str, Any]) -> None:
-        blob = entry_mod.encode(key, obj, meta)
-        try:
-            self.entries.set(key, blob)
-            self.usage.set("meta:" + key, json.dumps(meta, sort_keys=True, default=str))
-            self.usage.set("used:" + key, time.time())
-            self.evict_lru(self.size_limit, keep=key)
-        except (OSError, sqlite3.Error) as exc:
-            raise Unavailable(str(exc)) from exc
+        self._store(key, entry_mod.encode(key, obj, meta), meta)
 
     def put_blob(self, key: str, blob: bytes) -> dict[str, Any]:
         """Store already-encoded bytes after checking them (import)."""
         header, _ = entry_mod.decode_header(blob, key)
         meta = header.get("meta") or {}
+        self._store(key, blob, meta)
+        return meta
+
+    def _store(self, key: str, blob: bytes, meta: dict[str, Any]) -> None:
         try:
             self.entries.set(key, blob)
             self.usage.set("meta:" + key, json.dumps(meta, sort_keys=True, default=str))
@@ -179,7 +176,6 @@ class DiskStore:
             self.evict_lru(self.size_limit, keep=key)
         except (OSError, sqlite3.Error) as exc:
             raise Unavailable(str(exc)) from exc
-        return meta
 
     def get_blob(self, key: str) -> bytes | None:
         return self.entries.get(key)

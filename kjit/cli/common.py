@@ -24,10 +24,6 @@ def fail(exc: KjitError) -> "click.ClickException":
     return click.ClickException(str(exc))
 
 
-def parse_defines(values: tuple[str, ...]) -> list[str]:
-    return list(values)
-
-
 def compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
                              max_registers, relocatable, extra):
     from ..compiler.options import CompileOptions

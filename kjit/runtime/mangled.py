@@ -149,6 +149,13 @@ class _Parser:
                 self.subs.append(name)
         return name
 
+    def maybe_template_args(self, out: str) -> str:
+        """`out<args...>` when template arguments follow (a new substitution candidate)."""
+        if self.peek() == "I":
+            out += "<" + ", ".join(self.template_args_list()) + ">"
+            self.subs.append(out)
+        return out
+
     def type(self) -> str:
         c = self.peek()
         if c in _BUILTIN:
@@ -178,21 +185,13 @@ class _Parser:
         if c == "T":
             out = self.template_param()
             self.subs.append(out)
-            if self.peek() == "I":
-                args = self.template_args_list()
-                out += "<" + ", ".join(args) + ">"
-                self.subs.append(out)
-            return out
+            return self.maybe_template_args(out)
         if c == "S":
             out = self.substitution()
             if out.endswith("::"):  # St
                 out += self.unqualified_name()
                 self.subs.append(out)
-            if self.peek() == "I":
-                args = self.template_args_list()
-                out += "<" + ", ".join(args) + ">"
-                self.subs.append(out)
-            return out
+            return self.maybe_template_args(out)
         if c.isdigit() or c == "N":
             return self.name()
         raise _Unsupported(f"type code {c!r}")
