@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -70,3 +71,53 @@ def test_compiling_with_an_explicit_arch_never_loads_libcuda():
     for target in ("ptx", "cubin"):
         result = probe("compile", target)
         assert not result["libcuda"], f"compiling to {target} loaded libcuda"
+
+
+# The path from a fresh process to its first launch: compile (disk hit), load, get_function,
+# an array, the argument packer. numpy costs more to import than all of kjit, so none of this
+# may import it until the program itself uses numpy.
+LAUNCH_PATH = r'''
+import sys
+import kjit
+from kjit.runtime import module, kernel, memory, context, stream
+from kjit.runtime.cdecl import parse_signatures
+from kjit.runtime.params import Packer, layout, ptr
+src = 'extern "C" __global__ void k(float* out, int n, float a, double d, unsigned char c) {}'
+obj = kjit.compile(src, arch="sm_90")
+sig = parse_signatures(obj.metadata["declarations"])["k"]
+pk = Packer("k", layout([p.ctype for p in sig.params], [p.name for p in sig.params], None), 0)
+arr = memory.DeviceArray(16, "float32", ptr=1 << 20, device=0)   # describes memory, allocates none
+values = pk.convert_all((arr, 7, 2.5, 1e300, 255), [])
+assert values == [1 << 20, 7, 2.5, 1e300, 255], values
+assert arr.__cuda_array_interface__["typestr"] == "<f4" and arr.nbytes == 64
+for bad, why in [((arr, 7.5, 2.5, 1.0, 1), "expected an integer"), ((arr, 7, 1e39, 1.0, 1), "overflows float"),
+                 ((arr, 7, 2.5, 1.0, 256), "does not fit"), ((arr, 2**24 + 1, 2**24 + 1, 1.0, 1), "exactly")]:
+    try:
+        pk.convert_all(bad, [])
+    except kjit.ArgumentError as exc:
+        assert why in str(exc), (why, str(exc))
+    else:
+        raise AssertionError(f"{bad} was accepted")
+print("numpy" in sys.modules)
+'''
+
+
+def test_launch_path_imports_no_numpy(tmp_path):
+    env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path))
+    for _ in range(2):   # a miss, then the disk hit a fresh process sees
+        proc = subprocess.run([sys.executable, "-c", LAUNCH_PATH], capture_output=True, text=True,
+                              cwd=REPO, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "False", "the launch path imported numpy"
+
+
+def test_dtype_table_agrees_with_numpy():
+    import numpy as np
+    from kjit.runtime import dtypes
+    for spelling in list(dtypes._BY_STRING) + list(dtypes._BY_PYTHON_TYPE):
+        typestr, itemsize, _ = dtypes.resolve(spelling)
+        assert (typestr, itemsize) == (np.dtype(spelling).str, np.dtype(spelling).itemsize), spelling
+    # what the table lacks goes to numpy, structure included
+    rec = np.dtype([("a", "<f4"), ("b", "<i8")])
+    assert dtypes.resolve(rec) == (rec.str, rec.itemsize, rec)
+    assert dtypes.resolve(np.float32)[:2] == ("<f4", 4)

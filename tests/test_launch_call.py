@@ -51,11 +51,9 @@ def _packers():
 
 
 def _array(np, dtype, ptr):
-    from kjit.runtime.memory import DeviceArray, launch_key
-    arr = DeviceArray.__new__(DeviceArray)   # describes device memory; never dereferenced
-    arr.ptr, arr.dtype, arr.device, arr.is_c_contiguous = ptr, np.dtype(dtype), 0, True
-    arr.launch_key = launch_key(arr.dtype, 0)
-    return arr
+    from kjit.runtime.memory import DeviceArray
+    # describes device memory at `ptr` (allocates nothing, never dereferenced)
+    return DeviceArray(4, dtype, ptr=ptr, device=0)
 
 
 def test_c_packer_writes_the_same_bytes_as_the_python_packer():

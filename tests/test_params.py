@@ -157,10 +157,9 @@ def test_ptx_parameter_types_for_code_loaded_without_source():
 
 
 def test_array_on_another_device_is_refused():
-    from kjit.runtime.memory import DeviceArray, launch_key
-    arr = DeviceArray.__new__(DeviceArray)   # describes device 1 memory; never dereferenced
-    arr.ptr, arr.dtype, arr.device, arr.is_c_contiguous = 4096, np.dtype(np.float32), 1, True
-    arr.launch_key = launch_key(arr.dtype, 1)
+    from kjit.runtime.memory import DeviceArray
+    # describes device 1 memory (allocates nothing, never dereferenced)
+    arr = DeviceArray(4, np.float32, ptr=4096, device=1)
     pk = packer_for(r'extern "C" __global__ void k(const float* x) {}', "k")   # runs on device 0
     with pytest.raises(ArgumentError, match="on device 1 but the kernel runs on device 0"):
         pk.convert_all((arr,), [])
@@ -170,9 +169,9 @@ def test_array_on_another_device_is_refused():
 
 
 def test_pointer_to_pointer_takes_arrays_of_addresses():
-    assert parse_type("float**").dtype is None
-    assert parse_type("const float* const*").dtype is None
-    assert parse_type("const float*").dtype == np.float32
+    assert parse_type("float**").typestr is None
+    assert parse_type("const float* const*").typestr is None
+    assert parse_type("const float*").typestr == np.dtype(np.float32).str
 
 
 def test_unnamed_parameters_keep_multi_word_types():

@@ -18,6 +18,7 @@ from ..objectcode import ObjectCode
 
 ENV_ENABLE = "KJIT_CACHE"
 ENV_SAVE_SOURCE = "KJIT_CACHE_SAVE_SOURCE"
+FLUSH_INTERVAL_S = 30.0
 
 
 class Cache:
@@ -27,7 +28,11 @@ class Cache:
         self.path = path
         self.disk: DiskStore | None = DiskStore(path)
         self.memory = MemoryLayer()
-        self.pending_hits: dict[str, int] = {}  # memory hits not yet counted on disk
+        self.pending_hits: dict[str, int] = {}  # hits not yet counted on disk
+        # Hits reach the usage database at exit, before `kjit cache` reads it, and at most
+        # every FLUSH_INTERVAL_S: a write on every disk hit would sit between a fresh
+        # process and its first launch.
+        self.next_flush = time.monotonic() + FLUSH_INTERVAL_S
         self.session = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "corrupt": 0}
         self._warned: set[str] = set()
 
@@ -47,6 +52,7 @@ class Cache:
             events.emit(events.CacheEvent(events.UNAVAILABLE, namespace, key, label, detail=str(exc)))
 
     def flush_hits(self) -> None:
+        self.next_flush = time.monotonic() + FLUSH_INTERVAL_S
         if self.pending_hits and self.disk is not None:
             counts, self.pending_hits = self.pending_hits, {}
             try:
@@ -162,7 +168,8 @@ def _hit(c: Cache, k: str, obj: ObjectCode, namespace: str, label: str, t0: floa
     c.memory.put(k, obj)
     c.session["disk_hits"] += 1
     c.pending_hits[k] = c.pending_hits.get(k, 0) + 1
-    c.flush_hits()
+    if time.monotonic() >= c.next_flush:
+        c.flush_hits()
     if events.active():
         events.emit(events.CacheEvent(events.DISK_HIT, namespace, k, label, time.perf_counter() - t0,
                                       wait_s=waited, size=len(obj.code)))

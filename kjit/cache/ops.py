@@ -28,7 +28,7 @@ def _disk() -> DiskStore:
     if c.disk is None:
         raise KjitError(f"the kjit cache at {c.path} is unavailable in this process")
     try:
-        c.disk._open()
+        c.disk.entries, c.disk.usage   # open both now: a failure is this error, not a traceback
     except Unavailable as exc:
         raise KjitError(f"the kjit cache at {c.path} cannot be opened: {exc}") from None
     c.flush_hits()

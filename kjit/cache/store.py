@@ -108,34 +108,29 @@ class DiskStore:
         self._usage: diskcache.Cache | None = None
 
     # --- opening ----------------------------------------------------------------------
-    def _open(self) -> None:
-        if self._entries is not None:
-            return
+    def _open(self, name: str, size: int) -> diskcache.Cache:
+        """One of the two databases; each opens on first use (a disk hit needs only entries)."""
         try:
-            created = not self.path.exists()
-            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if created:
+            if not self.path.is_dir():
+                self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
                 os.chmod(self.path, 0o700)  # mkdir's mode is masked by the umask
-            (self.path / "locks").mkdir(mode=0o700, exist_ok=True)
             # Eviction is ours (evict_lru): diskcache's culls ten entries at a time and its
             # access times miss the hits served from memory.
-            common = dict(disk=SafeDisk, eviction_policy="none", statistics=False, timeout=60)
-            entries = diskcache.Cache(str(self.path / "entries"), size_limit=size_limit(), **common)
-            usage = diskcache.Cache(str(self.path / "usage"), size_limit=1 << 62, **common)
+            return diskcache.Cache(str(self.path / name), size_limit=size, disk=SafeDisk,
+                                   eviction_policy="none", statistics=False, timeout=60)
         except (OSError, sqlite3.Error) as exc:
             raise Unavailable(f"{self.path}: {exc}") from exc
-        self._entries, self._usage = entries, usage
 
     @property
     def entries(self) -> diskcache.Cache:
-        self._open()
-        assert self._entries is not None
+        if self._entries is None:
+            self._entries = self._open("entries", size_limit())
         return self._entries
 
     @property
     def usage(self) -> diskcache.Cache:
-        self._open()
-        assert self._usage is not None
+        if self._usage is None:
+            self._usage = self._open("usage", 1 << 62)
         return self._usage
 
     def close(self) -> None:
@@ -242,7 +237,7 @@ class DiskStore:
         n = len(self.keys())
         self.entries.clear()
         self.usage.clear()
-        for f in (self.path / "locks").glob("*.lock"):
+        for f in (self.path / "locks").glob("*.lock") if (self.path / "locks").is_dir() else ():
             with contextlib.suppress(OSError):
                 f.unlink()
         return n
@@ -273,7 +268,7 @@ class DiskStore:
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[float]:
         """Hold the creation lock for `key`; yields the seconds spent waiting for it."""
-        self._open()
+        self.entries   # opened (and the directory made) first: Unavailable if it cannot be
         t0 = time.perf_counter()
         try:
             import fcntl
@@ -281,6 +276,7 @@ class DiskStore:
             yield 0.0
             return
         try:
+            (self.path / "locks").mkdir(mode=0o700, exist_ok=True)
             fd = os.open(self.path / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError:
             yield 0.0

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
-import numpy as np
+from . import dtypes
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,7 @@ class CType:
     size: int
     align: int
     kind: str                 # "int", "uint", "float", "bool", "pointer", "vector", "struct"
-    dtype: np.dtype | None = None       # scalars: the value's dtype; pointers: the pointee's
+    typestr: str | None = None          # numpy typestr of scalars, vector lanes, pointees
     fields: tuple = ()                  # struct/vector: ((name, offset, CType), ...)
     const: bool = False                 # pointers: pointee is const
     count: int = 1                      # vectors: lanes
@@ -26,27 +27,27 @@ class CType:
         return self.kind == "pointer"
 
 
-def _scalar(name: str, dtype: str, kind: str) -> CType:
-    dt = np.dtype(dtype)
-    return CType(name, dt.itemsize, dt.itemsize, kind, dt)
+def _scalar(name: str, typestr: str, kind: str) -> CType:
+    size = int(typestr[2:])
+    return CType(name, size, size, kind, typestr)
 
 
 SCALARS: dict[str, CType] = {}
 for _names, _dt, _kind in [
-    (("char", "signed char", "int8_t"), "i1", "int"),
-    (("unsigned char", "uint8_t", "uchar"), "u1", "uint"),
-    (("short", "short int", "signed short", "int16_t"), "i2", "int"),
-    (("unsigned short", "unsigned short int", "uint16_t", "ushort"), "u2", "uint"),
-    (("int", "signed", "signed int", "int32_t"), "i4", "int"),
-    (("unsigned", "unsigned int", "uint32_t", "uint"), "u4", "uint"),
+    (("char", "signed char", "int8_t"), "|i1", "int"),
+    (("unsigned char", "uint8_t", "uchar"), "|u1", "uint"),
+    (("short", "short int", "signed short", "int16_t"), "<i2", "int"),
+    (("unsigned short", "unsigned short int", "uint16_t", "ushort"), "<u2", "uint"),
+    (("int", "signed", "signed int", "int32_t"), "<i4", "int"),
+    (("unsigned", "unsigned int", "uint32_t", "uint"), "<u4", "uint"),
     (("long", "long int", "long long", "long long int", "signed long long", "int64_t",
-      "ptrdiff_t", "ssize_t", "intptr_t"), "i8", "int"),
+      "ptrdiff_t", "ssize_t", "intptr_t"), "<i8", "int"),
     (("unsigned long", "unsigned long int", "unsigned long long", "unsigned long long int",
-      "uint64_t", "size_t", "uintptr_t", "ulong"), "u8", "uint"),
-    (("float",), "f4", "float"),
-    (("double",), "f8", "float"),
-    (("__half", "half", "__nv_half"), "f2", "float"),
-    (("bool",), "?", "bool"),
+      "uint64_t", "size_t", "uintptr_t", "ulong"), "<u8", "uint"),
+    (("float",), "<f4", "float"),
+    (("double",), "<f8", "float"),
+    (("__half", "half", "__nv_half"), "<f2", "float"),
+    (("bool",), "|b1", "bool"),
 ]:
     for _n in _names:
         SCALARS[_n] = _scalar(_n, _dt, _kind)
@@ -59,24 +60,18 @@ _VECTOR_ALIGN = {("char", 1): 1, ("char", 2): 2, ("char", 3): 1, ("char", 4): 4,
                  ("longlong", 1): 8, ("longlong", 2): 16, ("longlong", 3): 8, ("longlong", 4): 16,
                  ("float", 1): 4, ("float", 2): 8, ("float", 3): 4, ("float", 4): 16,
                  ("double", 1): 8, ("double", 2): 16, ("double", 3): 8, ("double", 4): 16}
-_VECTOR_BASE = {"char": ("i1", "int"), "uchar": ("u1", "uint"), "short": ("i2", "int"),
-                "ushort": ("u2", "uint"), "int": ("i4", "int"), "uint": ("u4", "uint"),
-                "long": ("i8", "int"), "ulong": ("u8", "uint"), "longlong": ("i8", "int"),
-                "ulonglong": ("u8", "uint"), "float": ("f4", "float"), "double": ("f8", "float")}
+_VECTOR_BASE = {"char": ("|i1", "int"), "uchar": ("|u1", "uint"), "short": ("<i2", "int"),
+                "ushort": ("<u2", "uint"), "int": ("<i4", "int"), "uint": ("<u4", "uint"),
+                "long": ("<i8", "int"), "ulong": ("<u8", "uint"), "longlong": ("<i8", "int"),
+                "ulonglong": ("<u8", "uint"), "float": ("<f4", "float"), "double": ("<f8", "float")}
 VECTORS: dict[str, CType] = {}
 for _base, (_dt, _kind) in _VECTOR_BASE.items():
     for _lanes in (1, 2, 3, 4):
         _al = _VECTOR_ALIGN[(_base.removeprefix("u") if _base != "uchar" else "char", _lanes)]
-        _elem = np.dtype(_dt)
-        _fields = tuple((c, i * _elem.itemsize, SCALARS["float" if _kind == "float" and _elem.itemsize == 4 else
-                                                          "double" if _kind == "float" else
-                                                          {1: "char", 2: "short", 4: "int", 8: "long long"}[_elem.itemsize]
-                                                          if _kind == "int" else
-                                                          {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
-                                                           8: "unsigned long long"}[_elem.itemsize]])
-                        for i, c in enumerate("xyzw"[:_lanes]))
-        _size = -(-(_elem.itemsize * _lanes) // _al) * _al
-        VECTORS[f"{_base}{_lanes}"] = CType(f"{_base}{_lanes}", _size, _al, "vector", _elem,
+        _lane = next(c for c in SCALARS.values() if c.typestr == _dt and c.kind == _kind)
+        _fields = tuple((c, i * _lane.size, _lane) for i, c in enumerate("xyzw"[:_lanes]))
+        _size = -(-(_lane.size * _lanes) // _al) * _al
+        VECTORS[f"{_base}{_lanes}"] = CType(f"{_base}{_lanes}", _size, _al, "vector", _dt,
                                             _fields, count=_lanes)
 
 POINTER_SIZE = 8
@@ -95,12 +90,9 @@ def parse_type(text: str, structs: dict[str, CType] | None = None) -> CType | No
     base = base.removeprefix("std::").removeprefix("::")
     if stars:
         pointee = SCALARS.get(base) or VECTORS.get(base) or (structs or {}).get(base)
-        dt = pointee.dtype if pointee is not None and pointee.kind != "vector" else None
-        if pointee is not None and pointee.kind == "vector":
-            dt = np.dtype((pointee.dtype, pointee.count)) if pointee.count else None
-        if stars > 1:   # T**: an array of device addresses, whatever T is
-            dt = None
-        return CType(text.strip(), POINTER_SIZE, POINTER_SIZE, "pointer", dt, const=const)
+        # float4*: an array of float32 lanes; T**: an array of device addresses, whatever T is
+        typestr = pointee.typestr if pointee is not None and stars == 1 else None
+        return CType(text.strip(), POINTER_SIZE, POINTER_SIZE, "pointer", typestr, const=const)
     return SCALARS.get(base) or VECTORS.get(base) or (structs or {}).get(base)
 
 
@@ -194,15 +186,15 @@ def parse_signatures(source: str) -> dict[str, Signature]:
     return out
 
 
-def struct_dtype(ctype: CType) -> np.dtype:
+def struct_dtype(ctype: CType) -> Any:
     """A numpy dtype with the device layout of a struct or vector (offsets and padding)."""
     names, formats, offsets = [], [], []
     for fname, off, ft in ctype.fields:
         names.append(fname)
         formats.append(struct_dtype(ft) if ft.kind in ("struct", "vector") else
-                       (np.dtype("u8") if ft.kind == "pointer" else ft.dtype))
+                       ("<u8" if ft.kind == "pointer" else ft.typestr))
         offsets.append(off)
-    return np.dtype({"names": names, "formats": formats, "offsets": offsets,
+    return dtypes.numpy().dtype({"names": names, "formats": formats, "offsets": offsets,
                      "itemsize": ctype.size})
 
 
@@ -213,11 +205,11 @@ _PTX_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[\w$]+\s*(?:\
 # PTX keeps only widths: NVRTC writes .u32 for int and unsigned alike, .u64 for pointers and
 # 64-bit integers. A 64-bit parameter therefore accepts device arrays, kjit.ptr and numpy
 # integers, but not a bare Python int (pointer or integer? kjit will not guess).
-WORD64 = CType("64-bit value (pointer or integer)", 8, 8, "word64", np.dtype("u8"))
+WORD64 = CType("64-bit value (pointer or integer)", 8, 8, "word64", "<u8")
 _PTX_TYPES = {"f32": SCALARS["float"], "f64": SCALARS["double"], "f16": SCALARS["__half"],
               "u32": SCALARS["int"], "s32": SCALARS["int"], "b32": SCALARS["int"],
               "u16": SCALARS["short"], "s16": SCALARS["short"], "b16": SCALARS["short"],
-              "u8": SCALARS["char"], "s8": SCALARS["char"], "b8": SCALARS["char"],
+              "<u8": SCALARS["char"], "s8": SCALARS["char"], "b8": SCALARS["char"],
               "u64": WORD64, "s64": WORD64, "b64": WORD64}
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-import numpy as np
 
 from ..errors import ArgumentError
+from . import dtypes
 
 kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged = 1, 2, 3, 13
 _CODES = {"i": 0, "u": 1, "f": 2, "b": 6, "c": 5}
@@ -57,8 +57,9 @@ def _delete(managed: Any) -> None:
 
 def to_capsule(array: Any) -> Any:
     """A "dltensor" capsule viewing a DeviceArray (the array is kept alive by the capsule)."""
-    if array.dtype.kind not in _CODES:
-        raise ArgumentError(f"dtype {array.dtype} has no DLPack code")
+    kind = array.typestr[1]
+    if kind not in _CODES or array.typestr[0] == ">":
+        raise ArgumentError(f"dtype {dtypes.name(array.typestr)} has no DLPack code")
     ndim = array.ndim
     shape = (ctypes.c_int64 * max(ndim, 1))(*array.shape)
     strides = (ctypes.c_int64 * max(ndim, 1))(*(s // array.itemsize for s in array.strides))
@@ -66,7 +67,7 @@ def to_capsule(array: Any) -> Any:
     managed.dl_tensor.data = array.ptr
     managed.dl_tensor.device = DLDevice(kDLCUDA, array.device)
     managed.dl_tensor.ndim = ndim
-    managed.dl_tensor.dtype = DLDataType(_CODES[array.dtype.kind], array.itemsize * 8, 1)
+    managed.dl_tensor.dtype = DLDataType(_CODES[kind], array.itemsize * 8, 1)
     managed.dl_tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
     managed.dl_tensor.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
     managed.dl_tensor.byte_offset = 0
@@ -75,8 +76,9 @@ def to_capsule(array: Any) -> Any:
     return _api.PyCapsule_New(ctypes.addressof(managed), b"dltensor", None)
 
 
-def describe(obj: Any) -> tuple[int, np.dtype, tuple[int, ...], tuple[int, ...] | None, int]:
-    """(data pointer, dtype, shape, strides in bytes or None, device id) of a CUDA __dlpack__ object."""
+def describe(obj: Any) -> tuple[int, str, int, tuple[int, ...], tuple[int, ...] | None, int]:
+    """(data pointer, typestr, itemsize, shape, strides in bytes or None, device id) of a CUDA
+    __dlpack__ object."""
     dev_type, dev_id = obj.__dlpack_device__()
     if int(dev_type) not in (kDLCUDA, kDLCUDAManaged):
         raise ArgumentError(
@@ -91,8 +93,9 @@ def describe(obj: Any) -> tuple[int, np.dtype, tuple[int, ...], tuple[int, ...] 
     kind = {v: k for k, v in _CODES.items()}.get(t.dtype.code)
     if kind is None or t.dtype.lanes != 1:
         raise ArgumentError(f"unsupported DLPack dtype code={t.dtype.code} lanes={t.dtype.lanes}")
-    dtype = np.dtype(f"{kind}{t.dtype.bits // 8}") if kind != "b" else np.dtype(bool)
+    itemsize = t.dtype.bits // 8
+    typestr, _, _ = dtypes.resolve(f"{kind}{itemsize}" if kind != "b" else "bool")
     shape = tuple(t.shape[i] for i in range(t.ndim))
-    strides = (tuple(t.strides[i] * dtype.itemsize for i in range(t.ndim))
+    strides = (tuple(t.strides[i] * itemsize for i in range(t.ndim))
                if t.strides else None)
-    return int(t.data or 0) + int(t.byte_offset), dtype, shape, strides, int(dev_id)
+    return int(t.data or 0) + int(t.byte_offset), typestr, itemsize, shape, strides, int(dev_id)

@@ -1,13 +1,14 @@
 """A small device array, and the In/Out/InOut wrappers that copy host arrays around a launch."""
 from __future__ import annotations
 
+import math
+import operator
 import weakref
 from typing import Any, Sequence
 
-import numpy as np
-
 from .. import driver
 from ..errors import ArgumentError
+from . import dtypes
 
 
 def _free(ptr: int, ctx: Any, epoch: int) -> None:
@@ -34,22 +35,27 @@ class DeviceArray:
     """An n-dimensional array in device memory (C-contiguous unless made from a view).
 
     Exposes `__cuda_array_interface__` (v3) and `__dlpack__`, so CuPy, PyTorch and Numba
-    can use it without a copy; kjit kernels accept it for pointer parameters.
+    can use it without a copy; kjit kernels accept it for pointer parameters. Its element
+    type is kept as numpy's typestr ('<f4'): `dtype` makes the numpy dtype on first use, so
+    a program that launches without numpy never imports it.
     """
 
-    __slots__ = ("ptr", "shape", "dtype", "strides", "nbytes", "device", "is_c_contiguous",
-                 "launch_key", "_base", "_finalizer", "__weakref__")
+    __slots__ = ("ptr", "shape", "typestr", "itemsize", "strides", "nbytes", "device",
+                 "is_c_contiguous", "launch_key", "_dtype", "_base", "_finalizer", "__weakref__")
 
-    def __init__(self, shape: int | Sequence[int], dtype: Any = np.float32, *, ptr: int | None = None,
+    def __init__(self, shape: int | Sequence[int], dtype: Any = "float32", *, ptr: int | None = None,
                  strides: Sequence[int] | None = None, device: int | None = None, base: Any = None):
-        self.shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+        try:
+            self.shape = (operator.index(shape),)
+        except TypeError:
+            self.shape = tuple(operator.index(s) for s in shape)
         if any(s < 0 for s in self.shape):
             raise ArgumentError(f"negative dimension in shape {self.shape}")
-        self.dtype = np.dtype(dtype)
-        itemsize = self.dtype.itemsize
+        self.typestr, itemsize, self._dtype = dtypes.resolve(dtype)
+        self.itemsize = itemsize
         contiguous = _c_strides(self.shape, itemsize)
         self.strides = tuple(strides) if strides is not None else contiguous
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * itemsize
+        self.nbytes = math.prod(self.shape) * itemsize
         # computed once: the launch fast path reads it on every pointer argument
         self.is_c_contiguous = self.strides == contiguous or self.nbytes <= itemsize
         self._base = base
@@ -66,29 +72,34 @@ class DeviceArray:
         if self.is_c_contiguous:
             # one interned token for (dtype, device): the launch path checks an array with a
             # single identity test instead of three attribute comparisons
-            self.launch_key = launch_key(self.dtype, self.device)
+            self.launch_key = launch_key(self.typestr, self.device)
 
     # --- numpy-like -------------------------------------------------------------------
     @property
+    def dtype(self) -> Any:
+        """The numpy dtype (imports numpy on first use)."""
+        if self._dtype is None:
+            self._dtype = dtypes.numpy().dtype(self.typestr)
+        return self._dtype
+
+    @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     @property
     def ndim(self) -> int:
         return len(self.shape)
 
-    @property
-    def itemsize(self) -> int:
-        return self.dtype.itemsize
-
     def __len__(self) -> int:
         return self.shape[0] if self.shape else 0
 
     def __repr__(self) -> str:
-        return f"kjit.DeviceArray(shape={self.shape}, dtype={self.dtype}, device={self.device})"
+        return (f"kjit.DeviceArray(shape={self.shape}, dtype={dtypes.name(self.typestr)}, "
+                f"device={self.device})")
 
     # --- copies -----------------------------------------------------------------------
-    def copy_from_host(self, host: np.ndarray, stream: Any = None) -> "DeviceArray":
+    def copy_from_host(self, host: Any, stream: Any = None) -> "DeviceArray":
+        np = dtypes.numpy()
         host = np.asarray(host)
         if host.dtype != self.dtype or host.size != self.size:
             raise ArgumentError(
@@ -102,10 +113,11 @@ class DeviceArray:
             _legacy_stream_sync()
         return self
 
-    def copy_to_host(self, out: np.ndarray | None = None, stream: Any = None) -> np.ndarray:
+    def copy_to_host(self, out: Any = None, stream: Any = None) -> Any:
+        """Into `out` (a C-contiguous numpy array of the same dtype and size) or a new one."""
         self._require_contiguous("copy_to_host")
         if out is None:
-            out = np.empty(self.shape, self.dtype)
+            out = dtypes.numpy().empty(self.shape, self.dtype)
         elif out.dtype != self.dtype or out.size != self.size or not out.flags.c_contiguous:
             raise ArgumentError("out must be a C-contiguous host array of the same dtype and size")
         if self.nbytes:
@@ -113,7 +125,7 @@ class DeviceArray:
             driver.call(driver.bindings().cuMemcpyDtoH, out.ctypes.data, self.ptr, self.nbytes)
         return out
 
-    def get(self) -> np.ndarray:
+    def get(self) -> Any:
         """The array's contents as a new numpy array."""
         return self.copy_to_host()
 
@@ -131,7 +143,7 @@ class DeviceArray:
     # --- interchange ------------------------------------------------------------------
     @property
     def __cuda_array_interface__(self) -> dict:
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+        return {"shape": self.shape, "typestr": self.typestr, "data": (self.ptr, False),
                 "version": 3, "strides": None if self.is_c_contiguous else self.strides,
                 # kjit's copies and default launches use the legacy default stream
                 "stream": 1}
@@ -151,8 +163,9 @@ class DeviceArray:
 _LAUNCH_KEYS: dict[tuple, tuple] = {}
 
 
-def launch_key(dtype: np.dtype, device: int) -> tuple:
-    key = (np.dtype(dtype), device)
+def launch_key(typestr: str, device: int) -> tuple:
+    """One interned token per (element typestr, device)."""
+    key = (typestr, device)
     return _LAUNCH_KEYS.setdefault(key, key)
 
 
@@ -164,18 +177,19 @@ def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def empty(shape: int | Sequence[int], dtype: Any = np.float32) -> DeviceArray:
+def empty(shape: int | Sequence[int], dtype: Any = "float32") -> DeviceArray:
     """An uninitialised device array."""
     return DeviceArray(shape, dtype)
 
 
-def zeros(shape: int | Sequence[int], dtype: Any = np.float32) -> DeviceArray:
+def zeros(shape: int | Sequence[int], dtype: Any = "float32") -> DeviceArray:
     """A device array of zeros."""
     return DeviceArray(shape, dtype).fill_zero()
 
 
 def to_device(host: Any, dtype: Any = None) -> DeviceArray:
     """Copy a host array (anything numpy.asarray takes) to a new device array."""
+    np = dtypes.numpy()
     arr = np.ascontiguousarray(np.asarray(host, dtype=dtype))
     return DeviceArray(arr.shape, arr.dtype).copy_from_host(arr)
 
@@ -186,8 +200,8 @@ class _HostTransfer:
     copy_in = False
     copy_out = False
 
-    def __init__(self, array: np.ndarray):
-        if not isinstance(array, np.ndarray):
+    def __init__(self, array: Any):
+        if not dtypes.is_numpy(array, "ndarray"):
             raise ArgumentError(f"{type(self).__name__} takes a numpy array, got {type(array).__name__}")
         if self.copy_out and not array.flags.c_contiguous:
             raise ArgumentError(f"{type(self).__name__} needs a C-contiguous array to copy back into")

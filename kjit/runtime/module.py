@@ -7,12 +7,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .. import driver
 from ..errors import ArgumentError, KernelNotFoundError, KjitError
 from ..jit_options import JitOptions, log_full, log_text
 from ..objectcode import ObjectCode
+from . import dtypes
 from .kernel import Kernel
 from .signature import resolve_slots
 
@@ -37,13 +36,15 @@ class Global:
         self.module, self.name, self.ptr, self.nbytes = module, name, int(ptr), int(nbytes)
 
     def copy_from_host(self, host: Any) -> "Global":
-        arr = np.ascontiguousarray(host)
+        arr = dtypes.numpy().ascontiguousarray(host)
         if arr.nbytes != self.nbytes:
             raise ArgumentError(f"global {self.name!r} is {self.nbytes} bytes; the host data is {arr.nbytes}")
         driver.call(driver.bindings().cuMemcpyHtoD, self.ptr, arr.ctypes.data, self.nbytes)
         return self
 
-    def copy_to_host(self, dtype: Any = np.uint8) -> np.ndarray:
+    def copy_to_host(self, dtype: Any = "uint8") -> Any:
+        """The variable's bytes as a new numpy array of `dtype`."""
+        np = dtypes.numpy()
         dtype = np.dtype(dtype)
         if self.nbytes % dtype.itemsize:
             raise ArgumentError(f"global {self.name!r} ({self.nbytes} bytes) is not a whole number of {dtype}")

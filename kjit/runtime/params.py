@@ -14,10 +14,10 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
-
 from ..errors import ArgumentError
+from . import dtypes
 from .cdecl import CType, struct_dtype
+from .dtypes import is_numpy
 from .memory import DeviceArray, _c_strides, _HostTransfer, launch_key
 
 
@@ -27,7 +27,8 @@ class ptr:
     __slots__ = ("value",)
 
     def __init__(self, value: int):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        if isinstance(value, bool) or not (isinstance(value, int) or is_numpy(value, "integer")) \
+                or value < 0:
             raise ArgumentError(f"kjit.ptr takes a non-negative int address, got {value!r}")
         self.value = int(value)
 
@@ -96,7 +97,7 @@ def convert(slot: ParamSlot, value: Any, device: int, pending: list) -> Any:
     if c.kind == "pointer":
         return _pointer(slot, value, device, pending)
     if c.kind == "word64":  # from PTX: a pointer or a 64-bit integer
-        if isinstance(value, np.integer):
+        if is_numpy(value, "integer"):
             return int(value) & 0xFFFFFFFFFFFFFFFF
         return _pointer(slot, value, device, pending)
     if c.kind in ("int", "uint", "bool"):
@@ -109,82 +110,87 @@ def convert(slot: ParamSlot, value: Any, device: int, pending: list) -> Any:
 def _integer(slot: ParamSlot, value: Any) -> Any:
     c = slot.ctype
     if c.kind == "bool":
-        if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+        if isinstance(value, bool) or is_numpy(value, "bool_") or \
+                ((isinstance(value, int) or is_numpy(value, "integer")) and value in (0, 1)):
             return bool(value)
         raise ArgumentError(f"{slot.describe()}: expected a bool, got {value!r}")
-    if isinstance(value, (bool, np.bool_)):
-        value = int(value)
-    if isinstance(value, np.integer):
+    if is_numpy(value, "bool_", "integer"):
         value = int(value)
     if not isinstance(value, int):
-        kind = "a float" if isinstance(value, (float, np.floating)) else type(value).__name__
+        kind = "a float" if isinstance(value, float) or is_numpy(value, "floating") else type(value).__name__
         hint = " (kernels take no pointers here: this parameter is an integer)" \
             if isinstance(value, DeviceArray) or hasattr(value, "__cuda_array_interface__") else ""
         raise ArgumentError(f"{slot.describe()}: expected an integer, got {kind} {value!r}{hint}")
-    info = np.iinfo(c.dtype)
-    if not info.min <= value <= info.max:
-        raise ArgumentError(
-            f"{slot.describe()}: {value} does not fit in {c.name} (range {info.min}..{info.max})")
+    lo, hi = dtypes.integer_range(c.kind, c.size)
+    if not lo <= value <= hi:
+        raise ArgumentError(f"{slot.describe()}: {value} does not fit in {c.name} (range {lo}..{hi})")
     return value
 
 
 def _floating(slot: ParamSlot, value: Any) -> Any:
     c = slot.ctype
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if isinstance(value, bool) or is_numpy(value, "bool_") or \
+            not (isinstance(value, (int, float)) or is_numpy(value, "integer", "floating")):
         raise ArgumentError(f"{slot.describe()}: expected a number, got {type(value).__name__} {value!r}")
-    if isinstance(value, (int, np.integer)):
-        with np.errstate(over="ignore"):
-            as_float = c.dtype.type(float(value)) if abs(int(value)) < 2**1000 else c.dtype.type("inf")
-        if not np.isfinite(as_float):
+    if isinstance(value, int) or is_numpy(value, "integer"):
+        as_float = _narrow(int(value), c.size)
+        if as_float is None:
             raise ArgumentError(f"{slot.describe()}: {int(value)} overflows {c.name}")
         if int(as_float) != int(value):
             raise ArgumentError(
                 f"{slot.describe()}: the integer {int(value)} cannot be represented exactly as "
                 f"{c.name}; pass a float if rounding is intended")
-        return float(as_float)
+        return as_float
     value = float(value)
-    if math.isfinite(value):
-        with np.errstate(over="ignore"):
-            narrowed = c.dtype.type(value)
-        if not np.isfinite(narrowed):
-            raise ArgumentError(f"{slot.describe()}: {value!r} overflows {c.name}")
+    if math.isfinite(value) and _narrow(value, c.size) is None:
+        raise ArgumentError(f"{slot.describe()}: {value!r} overflows {c.name}")
     return value
 
 
+def _narrow(value: int | float, size: int) -> float | None:
+    """value rounded to the C float type of `size` bytes, as the device will see it (None
+    where it overflows): struct rounds to nearest, like the compiler's conversion."""
+    fmt = dtypes.FLOAT_FORMATS[size]
+    try:
+        narrowed = struct.unpack(fmt, struct.pack(fmt, float(value)))[0]
+    except OverflowError:   # beyond float (a huge int) or beyond the narrower type
+        return None
+    return narrowed if math.isfinite(narrowed) else None
+
+
 def _pointer(slot: ParamSlot, value: Any, device: int, pending: list) -> int:
-    want = slot.ctype.dtype
     if isinstance(value, ptr):
         return value.value
     if isinstance(value, DeviceArray):
-        _check_array(slot, value.dtype, value.is_c_contiguous, value.device, device)
+        _check_array(slot, value.typestr, value.is_c_contiguous, value.device, device)
         return value.ptr
     if isinstance(value, _HostTransfer):
-        _check_array(slot, value.dtype, True, device, device)
+        _check_array(slot, value.array.dtype.str, True, device, device)
         dev = value.to_device()
         pending.append((value, dev))
         return dev.ptr
     cai = getattr(value, "__cuda_array_interface__", None)
     if cai is not None:
         data, _readonly = cai["data"]
-        dtype = np.dtype(cai["typestr"])
+        typestr, itemsize, _ = dtypes.resolve(cai["typestr"])
         shape = tuple(cai["shape"])
         strides = cai.get("strides")
-        contiguous = strides is None or tuple(strides) == _c_strides(shape, dtype.itemsize) or \
-            int(np.prod(shape)) <= 1
-        _check_array(slot, dtype, contiguous, _pointer_device(data), device)
+        contiguous = strides is None or tuple(strides) == _c_strides(shape, itemsize) or \
+            math.prod(shape) <= 1
+        _check_array(slot, typestr, contiguous, _pointer_device(data), device)
         return int(data or 0)
     if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__") and \
-            not isinstance(value, np.ndarray):
+            not is_numpy(value, "ndarray"):
         from .dlpack import describe
-        data, dtype, shape, strides, dev_id = describe(value)
-        contiguous = strides is None or tuple(strides) == _c_strides(shape, dtype.itemsize)
-        _check_array(slot, dtype, contiguous, dev_id, device)
+        data, typestr, itemsize, shape, strides, dev_id = describe(value)
+        contiguous = strides is None or tuple(strides) == _c_strides(shape, itemsize)
+        _check_array(slot, typestr, contiguous, dev_id, device)
         return data
-    if isinstance(value, np.ndarray):
+    if is_numpy(value, "ndarray"):
         raise ArgumentError(
             f"{slot.describe()}: got a host numpy array; copy it first with kjit.to_device(x), or "
             "wrap it in kjit.In(x) / kjit.Out(x) / kjit.InOut(x) to copy around the launch")
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    if (isinstance(value, int) or is_numpy(value, "integer")) and not isinstance(value, bool):
         raise ArgumentError(
             f"{slot.describe()}: got the int {int(value)}; pass raw addresses as kjit.ptr(address) "
             "so an integer is never taken for a pointer by mistake")
@@ -193,15 +199,13 @@ def _pointer(slot: ParamSlot, value: Any, device: int, pending: list) -> int:
         f"with __cuda_array_interface__ or __dlpack__) or kjit.ptr, got {type(value).__name__}")
 
 
-def _check_array(slot: ParamSlot, dtype: np.dtype, contiguous: bool, arr_device: int | None,
+def _check_array(slot: ParamSlot, typestr: str, contiguous: bool, arr_device: int | None,
                  device: int) -> None:
-    want = slot.ctype.dtype if slot.ctype.kind == "pointer" else None  # word64: pointee unknown
-    if want is not None:
-        base = want.base if want.subdtype else want
-        if dtype != want and dtype != base:
-            raise ArgumentError(
-                f"{slot.describe()}: the array holds {dtype} but the kernel reads {base}; "
-                f"convert it (e.g. x.astype(np.{base.name}))")
+    want = slot.ctype.typestr if slot.ctype.kind == "pointer" else None  # word64: pointee unknown
+    if want is not None and typestr != want:
+        raise ArgumentError(
+            f"{slot.describe()}: the array holds {dtypes.name(typestr)} but the kernel reads "
+            f"{dtypes.name(want)}; convert it (e.g. x.astype(np.{dtypes.name(want)}))")
     if not contiguous:
         raise ArgumentError(
             f"{slot.describe()}: the array is not C-contiguous (a strided view); the kernel "
@@ -230,10 +234,10 @@ def _pointer_device(address: int) -> int | None:
 def _aggregate(slot: ParamSlot, value: Any) -> bytes:
     """Vectors (float4...) and structs, laid out with device alignment."""
     c = slot.ctype
-    dt = struct_dtype(c)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return _exact_bytes(slot, bytes(value))
-    out = np.zeros((), dtype=dt)
+    np = dtypes.numpy()   # structs and vectors are laid out through a numpy structured dtype
+    out = np.zeros((), dtype=struct_dtype(c))
     flat = [f[0] for f in c.fields]
     try:
         if isinstance(value, dict):
@@ -270,7 +274,7 @@ def _ctypes_value(v: Any) -> Any:
     return v
 
 
-def _assign(out: np.ndarray, values: dict, slot: ParamSlot) -> None:
+def _assign(out: Any, values: dict, slot: ParamSlot) -> None:
     names = out.dtype.names
     unknown = set(values) - set(names)
     missing = set(names) - set(values)
@@ -282,9 +286,10 @@ def _assign(out: np.ndarray, values: dict, slot: ParamSlot) -> None:
         _store(out, name, values[name], slot)
 
 
-def _store(out: np.ndarray, name: str, value: Any, slot: ParamSlot) -> None:
+def _store(out: Any, name: str, value: Any, slot: ParamSlot) -> None:
     """Write one field, recursing into nested structs and vectors with the same checks as
     top-level parameters: exact lane counts, no float into an int, no overflow."""
+    np = dtypes.numpy()
     field_dt = out.dtype.fields[name][0]
     if field_dt.names:
         sub = out[name]
@@ -329,8 +334,8 @@ def _raw_bytes(slot: ParamSlot, value: Any) -> bytes:
     """Parameters of unknown type accept only values whose bytes are unambiguous."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return _exact_bytes(slot, bytes(value))
-    if isinstance(value, (np.generic, np.ndarray)) and not (isinstance(value, np.ndarray) and value.ndim):
-        return _exact_bytes(slot, np.asarray(value).tobytes())
+    if is_numpy(value, "generic") or (is_numpy(value, "ndarray") and not value.ndim):
+        return _exact_bytes(slot, value.tobytes())
     if isinstance(value, ctypes.Structure) or isinstance(value, ctypes._SimpleCData):
         return _exact_bytes(slot, bytes(value))
     if slot.size == 8 and (isinstance(value, (ptr, DeviceArray)) or
@@ -390,8 +395,8 @@ class Packer:
             c = s.ctype
             if c is None:
                 return None
-            if c.kind == "pointer" and c.dtype is not None:
-                kind, token = 20, launch_key(c.dtype.base if c.dtype.subdtype else c.dtype, self.device)
+            if c.kind == "pointer" and c.typestr is not None:
+                kind, token = 20, launch_key(c.typestr, self.device)
             else:
                 kind, token = self._C_KINDS.get((c.kind, c.size), 0), None
             if kind == 0:
@@ -419,10 +424,9 @@ class Packer:
         for s in self.slots:
             a, v = f"a{s.index}", f"v{s.index}"
             c = s.ctype
-            if c is not None and c.kind == "pointer" and c.dtype is not None:
+            if c is not None and c.kind == "pointer" and c.typestr is not None:
                 # a contiguous kjit array of the right dtype on this device: one identity test
-                base = c.dtype.base if c.dtype.subdtype else c.dtype
-                names[f"K{s.index}"] = launch_key(base, self.device)
+                names[f"K{s.index}"] = launch_key(c.typestr, self.device)
                 lines.append(f"    {v} = {a}.ptr if type({a}) is DeviceArray and {a}.launch_key is K{s.index} "
                              f"else CONVERT(SLOTS[{s.index}], {a}, DEVICE, pending)")
             elif c is not None and c.kind == "pointer":
