@@ -21,8 +21,10 @@ FRESH_RUNS = 7
 
 
 def _fresh(code: str, env: dict) -> float:
-    """Milliseconds from spawning `python -c code` to the moment it prints after its first
-    launch completed (median of FRESH_RUNS)."""
+    """Milliseconds from spawning `python -c code` to the moment its first launch completed
+    (median of FRESH_RUNS). Each script takes the time right after synchronizing, then
+    checks the kernel's output, then prints the time: a check's own imports (numpy for
+    kjit's .get()) are not counted, a launch that did nothing still fails."""
     samples = []
     for _ in range(FRESH_RUNS):
         t0 = time.time()
@@ -44,22 +46,25 @@ _, p = d.cuMemAlloc(64)
 h = [ctypes.c_uint64(int(p)), ctypes.c_int32(7), ctypes.c_float(2.5)]
 arr = (ctypes.c_void_p * 3)(*[ctypes.addressof(x) for x in h])
 d.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, d.CUstream(0), ctypes.addressof(arr), 0); d.cuCtxSynchronize()
+t = time.time()
 out = ctypes.c_float(); d.cuMemcpyDtoH(ctypes.addressof(out), p, 4); assert out.value == 9.5, out.value
-print("OK", time.time())
+print("OK", t)
 '''
 KJIT = '''
-import time, numpy as np, kjit
+import time, kjit
 k = kjit.load(kjit.compile({src!r}{extra})).get_function("k3")
-buf = kjit.zeros(16, np.float32); k[1, 32](buf, 7, 2.5); kjit.synchronize()
+buf = kjit.zeros(16, "float32"); k[1, 32](buf, 7, 2.5); kjit.synchronize()
+t = time.time()
 assert buf.get()[0] == 9.5
-print("OK", time.time())
+print("OK", t)
 '''
 CUPY = '''
 import time, numpy as np, cupy as cp
 k = cp.RawKernel({src!r}, "k3")
 buf = cp.zeros(16, cp.float32); k((1,), (32,), (buf, np.int32(7), np.float32(2.5))); cp.cuda.Device().synchronize()
+t = time.time()
 assert float(buf[0].get()) == 9.5
-print("OK", time.time())
+print("OK", t)
 '''
 IMPORT = '''
 import time; t = time.perf_counter(); import {module}; print("OK", (time.perf_counter() - t) * 1e3)
@@ -90,7 +95,9 @@ k = obj.get_kernel("k3")
 from cuda.bindings import driver as d
 _, p = d.cuMemAlloc(64)
 launch(s, LaunchConfig(grid=1, block=32), k, int(p), np.int32(7), np.float32(2.5)); s.sync()
-print("OK", time.time())
+t = time.time()
+out = np.zeros(1, np.float32); d.cuMemcpyDtoH(out.ctypes.data, p, 4); assert out[0] == 9.5, out
+print("OK", t)
 '''
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import InvalidOptionError
 
@@ -20,8 +20,7 @@ _SUFFIX_FROM = {"a": 90, "f": 100}
 _SUFFIX_NAME = {"a": "arch-specific", "f": "family-specific"}
 
 
-@dataclass(frozen=True)
-class Arch:
+class Arch(NamedTuple):
     """A parsed target architecture."""
 
     name: str          # as given, normalised: "sm_90a", "compute_90", "gfx90a"

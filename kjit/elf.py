@@ -6,8 +6,8 @@ kernels, and read the per-kernel .nv.info attributes, without a GPU or binutils.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 from .errors import InvalidOptionError
 
@@ -25,8 +25,7 @@ class ElfFormatError(InvalidOptionError):
     """The bytes are not a well-formed ELF64 little-endian file (a KjitError and a ValueError)."""
 
 
-@dataclass(frozen=True)
-class Section:
+class Section(NamedTuple):
     name: str
     type: int
     flags: int
@@ -37,8 +36,7 @@ class Section:
     entsize: int
 
 
-@dataclass(frozen=True)
-class Symbol:
+class Symbol(NamedTuple):
     name: str
     value: int
     size: int

@@ -11,10 +11,18 @@ from .core import digest, enabled_by_env, get_or_create
 from .entry import CorruptEntry
 from .events import CacheEvent, add_listener, remove_listener
 from .key import KEY_ENV_VARS, SCHEMA_VERSION, key_hash
-from .ops import clear, export, import_, ls, path, prune, show, stats, verify
 from .store import CacheWarning, cache_dir
 
-import_from = import_  # readable alias: kjit.cache.import_from("cluster-cache.zip")
+# The user-facing operations load on first use: a compile's disk hit needs none of them.
+_OPS = {"clear", "export", "import_", "import_from", "ls", "path", "prune", "show", "stats", "verify"}
+
+
+def __getattr__(name: str):
+    if name in _OPS:
+        from . import ops
+        # import_from: a readable alias, kjit.cache.import_from("cluster-cache.zip")
+        return getattr(ops, "import_" if name == "import_from" else name)
+    raise AttributeError(f"module 'kjit.cache' has no attribute {name!r}")
 
 __all__ = ["get_or_create", "digest", "key_hash", "add_listener", "remove_listener", "CacheEvent",
            "CacheWarning", "CorruptEntry", "cache_dir", "path", "ls", "show", "stats", "clear",

@@ -1,8 +1,7 @@
 """Listener hooks: every lookup reports what happened and how long it took."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 # event names
 MEMORY_HIT = "memory_hit"   # served from this process's memory layer
@@ -13,8 +12,7 @@ CORRUPT = "corrupt"         # a stored entry failed its checks and was dropped
 UNAVAILABLE = "unavailable" # the disk store could not be used; memory only from now on
 
 
-@dataclass(frozen=True)
-class CacheEvent:
+class CacheEvent(NamedTuple):
     """What one cache lookup did. Times in seconds: `lookup_s` from the call to the result
     (everything), `create_s` the compile/link itself, `wait_s` spent waiting for another
     process's lock on the same key."""

@@ -1,8 +1,7 @@
 """kjit.compile: validate everything, then compile through the cache with the chosen backend."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from .. import arch as arch_mod
 from ..cache.compiled import compile_through_cache
@@ -14,15 +13,14 @@ from .options import TARGETS, CompileOptions
 BACKENDS = ("cuda", "hip")
 
 
-@dataclass(frozen=True)
-class CompileRequest:
+class CompileRequest(NamedTuple):
     """Everything that determines a compile's output, validated and normalised."""
 
     source: str
     arch: str
     target: str
     backend: str
-    options: CompileOptions = field(default_factory=CompileOptions)
+    options: CompileOptions
     name_expressions: tuple[str, ...] = ()
     name: str = "kernel.cu"
 

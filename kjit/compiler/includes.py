@@ -26,8 +26,7 @@ import os
 import re
 import stat as stat_mod
 import time
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 RACY_S = 2.0
 
@@ -45,15 +44,13 @@ class UnresolvedInclude(Exception):
     """An #include whose target kjit cannot work out (a computed include)."""
 
 
-@dataclass(frozen=True)
-class Include:
+class Include(NamedTuple):
     name: str
     quoted: bool
     next: bool = False  # include_next
 
 
-@dataclass
-class _Scanned:
+class _Scanned(NamedTuple):
     sha256: str
     includes: tuple[Include, ...]
     macros: dict[str, Include]
@@ -114,19 +111,19 @@ def _scan_file(path: str, st: os.stat_result) -> _Scanned:
     return scanned
 
 
-@dataclass
 class Resolution:
     """What a compile may read: `deps` in discovery order as (kind, name, sha256) with kind
     "memory" (an in-memory header, by include name) or "file" (absolute path); `missing` the
     include names found nowhere; and what to stat to know it still holds."""
 
-    deps: list[tuple[str, str, str]] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    files: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-    dirs: dict[str, tuple[int, int] | None] = field(default_factory=dict)
-    cwd: str | None = None
-    stable: bool = True
-    created: float = field(default_factory=time.time)
+    def __init__(self) -> None:
+        self.deps: list[tuple[str, str, str]] = []
+        self.missing: list[str] = []
+        self.files: dict[str, tuple[int, int, int]] = {}
+        self.dirs: dict[str, tuple[int, int] | None] = {}
+        self.cwd: str | None = None
+        self.stable = True
+        self.created = time.time()
 
     def key(self) -> dict[str, list]:
         return {"headers": [list(d) for d in self.deps], "missing": list(self.missing)}

@@ -3,14 +3,12 @@ plain structs in CUDA source, with the device's alignment rules (float4 aligned 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import dtypes
 
 
-@dataclass(frozen=True)
-class CType:
+class CType(NamedTuple):
     """A parameter's C type as the device lays it out."""
 
     name: str                 # "float", "float4", "const float*", "struct S"
@@ -96,17 +94,15 @@ def parse_type(text: str, structs: dict[str, CType] | None = None) -> CType | No
     return SCALARS.get(base) or VECTORS.get(base) or (structs or {}).get(base)
 
 
-@dataclass(frozen=True)
-class Param:
+class Param(NamedTuple):
     name: str
     decl: str                  # the declaration as written
     ctype: CType | None        # None: unknown type (layout comes from the driver)
 
 
-@dataclass(frozen=True)
-class Signature:
+class Signature(NamedTuple):
     kernel: str
-    params: tuple[Param, ...] = field(default_factory=tuple)
+    params: tuple[Param, ...] = ()
 
 
 from ..compiler.declarations import KERNEL as _KERNEL, STRUCT as _STRUCT, is_template, strip_comments

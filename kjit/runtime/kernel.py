@@ -10,8 +10,7 @@ import ctypes
 import os
 import struct
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from .. import driver
 from ..errors import ArgumentError, DriverError
@@ -63,8 +62,7 @@ def _dim3(value: Any, what: str) -> tuple[int, int, int]:
     return dims  # type: ignore[return-value]
 
 
-@dataclass(frozen=True)
-class Attributes:
+class Attributes(NamedTuple):
     """cuFuncGetAttribute's answers for one kernel."""
 
     num_regs: int
@@ -77,8 +75,7 @@ class Attributes:
     max_dynamic_shared_size_bytes: int
 
 
-@dataclass(frozen=True)
-class LaunchConfig:
+class LaunchConfig(NamedTuple):
     grid: Any
     block: Any
     stream: Any = None

@@ -11,8 +11,7 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from ..errors import ArgumentError
 from . import dtypes
@@ -36,8 +35,7 @@ class ptr:
         return f"kjit.ptr({self.value:#x})"
 
 
-@dataclass(frozen=True)
-class ParamSlot:
+class ParamSlot(NamedTuple):
     """One parameter: where it lives in the buffer and what it accepts."""
 
     index: int
