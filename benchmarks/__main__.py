@@ -33,7 +33,8 @@ def table(results: dict) -> str:
     if "error" in launch:
         lines.append(f"launch: {launch['error']}")
     if isinstance(c, dict) and c:
-        lines.append("host-side launch cost, us per launch (ratio to C)")
+        lines.append("host-side launch cost, us per launch (ratio to C); best of the interleaved "
+                     "rounds, each the median of its batches (all rounds: launch_rounds in the JSON)")
         lines.append(f"{'toolkit':36s}" + "".join(f"{f'{n} args':>18s}" for n in c))
         for name, row in launch.items():
             if isinstance(row, str):
@@ -97,7 +98,7 @@ def plot(results: dict, path: str) -> None:
         xs = list(row)
         ax.plot([int(x) for x in xs], [row[x] for x in xs], marker="o", label=name)
     ax.set_xlabel("kernel arguments")
-    ax.set_ylabel("host µs per launch (median)")
+    ax.set_ylabel("host µs per launch (best round's median)")
     ax.set_xticks([1, 3, 16])
     m = results["machine"]
     ax.set_title(f"Launch cost by argument count — {', '.join(m['gpu'])}, {m['date']}")
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         try:  # one failing section must not lose the others' figures
             mod = __import__(f"benchmarks.{module}", fromlist=["run"])
             data = mod.run()
+            if which == "launch":
+                data, results["launch_rounds"] = data
         except (Exception, SystemExit) as exc:
             data = {"error": f"{type(exc).__name__}: {exc}"}
             print(f"benchmark {which} failed: {data['error']}", file=sys.stderr)
