@@ -31,8 +31,56 @@ def test_gpu_kernels_launch_through_the_c_call_when_built():
                   ).get_function("f")
     assert k._c_launch is not None
     out = kjit.zeros(32, np.int32)
-    k[1, 32](out)
+    launcher = k[1, 32]
+    assert type(launcher).__name__ == "Launcher"   # pack and launch in one C call
+    launcher(out)
     assert out.get().tolist() == list(range(32))
+    # what the C call declines goes to the Python launcher, errors and all
+    with pytest.raises(kjit.ArgumentError, match="takes 1 arguments"):
+        launcher(out, 1)
+    with pytest.raises(kjit.ArgumentError, match="int32"):
+        launcher(kjit.zeros(32, np.float32))
+    with pytest.raises(TypeError):
+        launcher(p=out)
+
+
+def _launcher(fallback, nargs=1):
+    _launch = pytest.importorskip("kjit.runtime._launch", reason="C launch call not built here")
+    import struct
+
+    from kjit.runtime.memory import DeviceArray
+    spec = b"".join(struct.pack("<ii", 5, 4 * i) for i in range(nargs))   # int32 parameters
+    return _launch.launcher(fallback, lambda err: None, spec, (None,) * nargs, DeviceArray, [None],
+                            "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0)
+
+
+def test_launcher_hands_what_it_cannot_launch_to_the_python_launcher():
+    # with no driver bound (or on another thread) every call goes to the Python launcher,
+    # with the same arguments, keywords included
+    if driver.available():
+        pytest.skip("a CUDA driver is present: the GPU test covers the C path")
+    calls = []
+    launcher = _launcher(lambda *a, **kw: calls.append((a, kw)))
+    launcher(7)
+    launcher(1, 2, x=3)
+    assert calls == [((7,), {}), ((1, 2), {"x": 3})]
+
+
+def test_launcher_is_collected_with_its_kernel():
+    # kernel -> its launchers -> Python launcher -> kernel is a cycle through a C object:
+    # the garbage collector must see into it, or every kernel would leak
+    import gc
+    import weakref
+
+    class Owner:
+        pass
+
+    owner = Owner()
+    owner.launcher = _launcher(lambda *a: owner)
+    dead = weakref.ref(owner)
+    del owner
+    gc.collect()
+    assert dead() is None
 
 
 MIXED = (r'extern "C" __global__ void k(char a, unsigned char b, short c, unsigned short d, int e, '

@@ -7,6 +7,7 @@
 #include <Python.h>
 #include <dlfcn.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -84,28 +85,16 @@ static int put_int(char* dst, int kind, PyObject* v) {
     return 0;
 }
 
-/* pack(spec, tokens, args, buffer_address, array_type) -> 0 when every argument was
- * written, -1 for a wrong count, else 1 + the index of the first argument the Python
- * path must handle (anything unusual, and every error, is left to it so that its
- * message names the parameter). spec: bytes of (int32 kind, int32 offset) per parameter;
- * tokens: for arrays, the interned (dtype, device) token a matching array carries. */
-static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyBytes_Check(a[0]) || !PyTuple_Check(a[1]) || !PyTuple_Check(a[2])) {
-        PyErr_SetString(PyExc_TypeError, "pack(spec: bytes, tokens: tuple, args: tuple, buffer, array_type)");
-        return NULL;
-    }
-    const char* spec = PyBytes_AS_STRING(a[0]);
-    Py_ssize_t n = PyBytes_GET_SIZE(a[0]) / 8;
-    PyObject* args = a[2];
-    if (PyTuple_GET_SIZE(args) != n) return PyLong_FromLong(-1);
-    char* buf = (char*)PyLong_AsVoidPtr(a[3]);
-    if (!buf && PyErr_Occurred()) return NULL;
-    PyTypeObject* array_type = (PyTypeObject*)a[4];
+/* Write args[0..n) into buf per spec. Returns 0 when every argument was written, 1 + the
+ * index of the first one the Python path must handle (anything unusual, and every error, is
+ * left to it so that its message names the parameter), or -2 with an exception set. */
+static Py_ssize_t pack_args(const char* spec, Py_ssize_t n, PyObject* tokens,
+                            PyObject* const* args, char* buf, PyTypeObject* array_type) {
     for (Py_ssize_t i = 0; i < n; i++) {
         int32_t kind, offset;
         memcpy(&kind, spec + 8 * i, 4);
         memcpy(&offset, spec + 8 * i + 4, 4);
-        PyObject* v = PyTuple_GET_ITEM(args, i);
+        PyObject* v = args[i];
         char* dst = buf + offset;
         int ok = 0;
         if (kind >= K_I8 && kind <= K_U64) {
@@ -121,28 +110,153 @@ static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
             }
         } else if (kind == K_ARRAY && Py_TYPE(v) == array_type) {
             PyObject* key = PyObject_GetAttr(v, s_launch_key);
-            if (!key) return NULL;
-            int same = key == PyTuple_GET_ITEM(a[1], i);
+            if (!key) return -2;
+            int same = key == PyTuple_GET_ITEM(tokens, i);
             Py_DECREF(key);
             if (same) {
                 PyObject* p = PyObject_GetAttr(v, s_ptr);
-                if (!p) return NULL;
+                if (!p) return -2;
                 unsigned long long addr = PyLong_AsUnsignedLongLong(p);
                 Py_DECREF(p);
-                if (addr == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+                if (addr == (unsigned long long)-1 && PyErr_Occurred()) return -2;
                 memcpy(dst, &addr, 8);
                 ok = 1;
             }
         }
-        if (!ok) return PyLong_FromSsize_t(i + 1);
+        if (!ok) return i + 1;
     }
-    return PyLong_FromLong(0);
+    return 0;
+}
+
+/* pack(spec, tokens, args, buffer_address, array_type) -> 0 when every argument was
+ * written, -1 for a wrong count, else 1 + the index of the first argument the Python
+ * path must handle. spec: bytes of (int32 kind, int32 offset) per parameter; tokens: for
+ * arrays, the interned (typestr, device) token a matching array carries. */
+static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyBytes_Check(a[0]) || !PyTuple_Check(a[1]) || !PyTuple_Check(a[2])) {
+        PyErr_SetString(PyExc_TypeError, "pack(spec: bytes, tokens: tuple, args: tuple, buffer, array_type)");
+        return NULL;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(a[0]) / 8;
+    if (PyTuple_GET_SIZE(a[2]) != n) return PyLong_FromLong(-1);
+    char* buf = (char*)PyLong_AsVoidPtr(a[3]);
+    if (!buf && PyErr_Occurred()) return NULL;
+    Py_ssize_t r = pack_args(PyBytes_AS_STRING(a[0]), n, a[1], &PyTuple_GET_ITEM(a[2], 0), buf,
+                             (PyTypeObject*)a[4]);
+    return r == -2 ? NULL : PyLong_FromSsize_t(r);
+}
+
+/* Launcher: one kernel launch configuration as a callable, `k[grid, block]`. Its call packs
+ * and launches in C; anything else (another thread, an argument the C packer declines, a
+ * wrong count, keywords, a failed launch) goes to `fallback`, the Python launcher for the
+ * same configuration, which does the whole launch itself and raises kjit's errors. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject* fallback;     /* Python launcher: fallback(*args) */
+    PyObject* on_error;     /* on_error(CUresult): raises the launch's error */
+    PyObject* spec;         /* bytes */
+    PyObject* tokens;       /* tuple */
+    PyObject* array_type;
+    PyObject* last;         /* list: last[0] = name (the kernel an async error is blamed on) */
+    PyObject* name;
+    char* buf;
+    void* func;
+    void* stream;
+    void** params;
+    unsigned dims[7];       /* grid xyz, block xyz, dynamic shared memory */
+    unsigned long owner;    /* the thread whose context the kernel's module lives in */
+} Launcher;
+
+static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    Launcher* L = (Launcher*)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames || PyThread_get_thread_ident() != L->owner ||
+            nargs != PyBytes_GET_SIZE(L->spec) / 8 || !cu_launch)
+        return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
+    Py_ssize_t r = pack_args(PyBytes_AS_STRING(L->spec), nargs, L->tokens, args, L->buf,
+                             (PyTypeObject*)L->array_type);
+    if (r == -2) return NULL;
+    if (r != 0) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
+    Py_INCREF(L->name);
+    if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
+    int err;
+    Py_BEGIN_ALLOW_THREADS  /* the driver may block when its queue is full */
+    err = cu_launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
+                    L->dims[5], L->dims[6], L->stream, L->params, NULL);
+    Py_END_ALLOW_THREADS
+    if (err) return PyObject_CallFunction(L->on_error, "i", err);
+    Py_RETURN_NONE;
+}
+
+static int launcher_traverse(PyObject* op, visitproc visit, void* arg) {
+    Launcher* L = (Launcher*)op;
+    Py_VISIT(L->fallback); Py_VISIT(L->on_error); Py_VISIT(L->spec); Py_VISIT(L->tokens);
+    Py_VISIT(L->array_type); Py_VISIT(L->last); Py_VISIT(L->name);
+    return 0;
+}
+
+static int launcher_clear(PyObject* op) {
+    Launcher* L = (Launcher*)op;
+    Py_CLEAR(L->fallback); Py_CLEAR(L->on_error); Py_CLEAR(L->spec); Py_CLEAR(L->tokens);
+    Py_CLEAR(L->array_type); Py_CLEAR(L->last); Py_CLEAR(L->name);
+    return 0;
+}
+
+static void launcher_dealloc(PyObject* op) {
+    PyObject_GC_UnTrack(op);
+    launcher_clear(op);
+    Py_TYPE(op)->tp_free(op);
+}
+
+static PyTypeObject LauncherType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kjit.runtime._launch.Launcher",
+    .tp_basicsize = sizeof(Launcher),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Launcher, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = launcher_traverse,
+    .tp_clear = launcher_clear,
+    .tp_dealloc = launcher_dealloc,
+    .tp_doc = "A kernel's launch configuration: call it with the kernel's arguments.",
+};
+
+/* launcher(fallback, on_error, spec, tokens, array_type, last, name, buffer, func, stream,
+ *          params, gx, gy, gz, bx, by, bz, shared_mem, owner) -> Launcher */
+static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
+    if (nargs != 19 || !PyBytes_Check(a[2]) || !PyTuple_Check(a[3]) || !PyType_Check(a[4]) ||
+            !PyList_Check(a[5]) || PyList_GET_SIZE(a[5]) < 1) {
+        PyErr_SetString(PyExc_TypeError, "launcher(fallback, on_error, spec, tokens, array_type, last, "
+                        "name, buffer, func, stream, params, gx, gy, gz, bx, by, bz, shared_mem, owner)");
+        return NULL;
+    }
+    unsigned long long v[12];
+    for (int i = 0; i < 12; i++) {
+        v[i] = PyLong_AsUnsignedLongLong(a[7 + i]);
+        if (v[i] == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    }
+    Launcher* L = PyObject_GC_New(Launcher, &LauncherType);
+    if (!L) return NULL;
+    L->vectorcall = launcher_call;
+    L->fallback = Py_NewRef(a[0]); L->on_error = Py_NewRef(a[1]); L->spec = Py_NewRef(a[2]);
+    L->tokens = Py_NewRef(a[3]); L->array_type = Py_NewRef(a[4]); L->last = Py_NewRef(a[5]);
+    L->name = Py_NewRef(a[6]);
+    L->buf = (char*)(uintptr_t)v[0];
+    L->func = (void*)(uintptr_t)v[1];
+    L->stream = (void*)(uintptr_t)v[2];
+    L->params = (void**)(uintptr_t)v[3];
+    for (int i = 0; i < 7; i++) L->dims[i] = (unsigned)v[4 + i];
+    L->owner = (unsigned long)v[11];
+    PyObject_GC_Track((PyObject*)L);
+    return (PyObject*)L;
 }
 
 static PyMethodDef methods[] = {
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, "pack(spec, tokens, args, buffer, array_type) -> int"},
     {"bind", (PyCFunction)bind, METH_NOARGS, "Resolve cuLaunchKernel in libcuda."},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "cuLaunchKernel(...) -> int"},
+    {"launcher", (PyCFunction)(void (*)(void))make_launcher, METH_FASTCALL, "A Launcher for one configuration."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -152,5 +266,6 @@ PyMODINIT_FUNC PyInit__launch(void) {
     s_launch_key = PyUnicode_InternFromString("launch_key");
     s_ptr = PyUnicode_InternFromString("ptr");
     if (!s_launch_key || !s_ptr) return NULL;
+    if (PyType_Ready(&LauncherType) < 0) return NULL;
     return PyModule_Create(&module);
 }

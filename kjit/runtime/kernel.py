@@ -31,6 +31,16 @@ def c_pack() -> Callable[..., int] | None:
     return getattr(_launch, "pack", None)
 
 
+def c_launcher() -> Callable[..., Any] | None:
+    """The compiled Launcher factory: `k[grid, block]` as one C callable that packs and
+    launches, handing anything unusual to the Python launcher it wraps."""
+    try:
+        from . import _launch
+    except ImportError:
+        return None
+    return getattr(_launch, "launcher", None)
+
+
 def c_launch() -> Callable[..., int] | None:
     """The compiled launch call (kjit/runtime/_launch.c), or None to use cuda.bindings'
     cuLaunchKernel: when it was not built, or KJIT_LAUNCH=bindings asks for the fallback."""
@@ -255,9 +265,13 @@ class Kernel:
             "        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
             "        if err: FAILED(err, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
             "        if PENDING: FINISH(PENDING, stream)\n"
-            "    return launch\n")
+            "    if LAUNCHER is None: return launch\n"
+            "    def failed(err): FAILED(err, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
+            "    return LAUNCHER(launch, failed, SPEC, TOKENS, DeviceArray, LAST, NAME, BUFADDR, FUNC,\n"
+            "                    stream, PARAMS, gx, gy, gz, bx, by, bz, shmem, OWNER)\n")
         names = dict(
             get_ident=threading.get_ident, OWNER=self._owner, OTHER=self._launch_other_thread,
+            LAUNCHER=c_launcher(),
             PACK=pack, SPEC=spec, TOKENS=tokens, BUFADDR=ctypes.addressof(self._buf),
             DeviceArray=DeviceArray, SLOW=self._fill_slow, LAST=context_mod.last_launch,
             NAME=self.name, LAUNCH=self._c_launch, FUNC=int(self.handle), PARAMS=self._ptrs_addr,
