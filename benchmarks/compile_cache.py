@@ -17,7 +17,16 @@ import kjit
 from .kernels import launch_source
 
 SRC = launch_source(3)
-FRESH_RUNS = 7
+FRESH_RUNS = 11
+
+
+def _fresh_once(code: str, env: dict) -> float:
+    t0 = time.time()
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=300)
+    if res.returncode != 0 or "OK" not in res.stdout:
+        raise SystemExit(f"fresh-process run failed:\n{res.stdout}\n{res.stderr}")
+    return (float(res.stdout.split("OK")[1].split()[0]) - t0) * 1e3
 
 
 def _fresh(code: str, env: dict) -> float:
@@ -25,16 +34,17 @@ def _fresh(code: str, env: dict) -> float:
     (median of FRESH_RUNS). Each script takes the time right after synchronizing, then
     checks the kernel's output, then prints the time: a check's own imports (numpy for
     kjit's .get()) are not counted, a launch that did nothing still fails."""
-    samples = []
+    return _fresh_interleaved({"": code}, env)[""]
+
+
+def _fresh_interleaved(codes: dict[str, str], env: dict) -> dict[str, float]:
+    """_fresh for several scripts taking turns, run after run, so that the machine's drift
+    (start-up times moved by 10% between minutes on the GPU VM) hits them alike."""
+    samples: dict[str, list[float]] = {name: [] for name in codes}
     for _ in range(FRESH_RUNS):
-        t0 = time.time()
-        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env=env, timeout=300)
-        if res.returncode != 0 or "OK" not in res.stdout:
-            raise SystemExit(f"fresh-process run failed:\n{res.stdout}\n{res.stderr}")
-        t_done = float(res.stdout.split("OK")[1].split()[0])
-        samples.append((t_done - t0) * 1e3)
-    return statistics.median(samples)
+        for name, code in codes.items():
+            samples[name].append(_fresh_once(code, env))
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 BARE = '''
@@ -149,10 +159,11 @@ def run() -> dict:
         out["kjit in-process repeat us"] = (time.perf_counter() - t0) / n * 1e6
         cubin = tmp / "k3.cubin"
         obj.save(cubin)
-        out["bare driver fresh process to first launch ms"] = _fresh(BARE.format(cubin=str(cubin)), env)
-        out["bare driver + import numpy fresh process ms"] = _fresh(
-            "import numpy\n" + BARE.format(cubin=str(cubin)), env)   # what any numpy user pays
-        out["kjit fresh process to first launch ms"] = _fresh(KJIT.format(src=SRC, extra=""), env)
+        out.update(_fresh_interleaved({
+            "bare driver fresh process to first launch ms": BARE.format(cubin=str(cubin)),
+            # what any numpy user pays
+            "bare driver + import numpy fresh process ms": "import numpy\n" + BARE.format(cubin=str(cubin)),
+            "kjit fresh process to first launch ms": KJIT.format(src=SRC, extra="")}, env))
         out["import kjit ms"] = _import_ms("kjit", env)
         out["import cuda.bindings.driver ms"] = _import_ms("cuda.bindings.driver", env)
         # a header in an include directory: the key reads it, the disk hit still holds

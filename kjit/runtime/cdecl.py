@@ -107,7 +107,8 @@ class Signature(NamedTuple):
 
 from ..compiler.declarations import KERNEL as _KERNEL, STRUCT as _STRUCT, is_template, strip_comments
 
-_FIELD = re.compile(r"^(.*?)([A-Za-z_]\w*)\s*(?:\[\s*(\d+)\s*\])?$")
+# patterns used off the common path stay strings: re compiles (and caches) them on first use
+_FIELD = r"^(.*?)([A-Za-z_]\w*)\s*(?:\[\s*(\d+)\s*\])?$"
 
 
 def parse_structs(source: str) -> dict[str, CType]:
@@ -126,7 +127,7 @@ def parse_structs(source: str) -> dict[str, CType]:
         for decl in (d.strip() for d in body.split(";")):
             if not decl:
                 continue
-            fm = _FIELD.match(decl)
+            fm = re.match(_FIELD, decl)
             ctype = parse_type(fm.group(1), structs) if fm else None
             if ctype is None:
                 ok = False
@@ -196,8 +197,8 @@ def struct_dtype(ctype: CType) -> Any:
 
 # --- PTX .entry parameter types: for code loaded without its source (a .ptx file, a fatbin) --
 
-_PTX_ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
-_PTX_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[\w$]+\s*(?:\[\s*(\d+)\s*\])?")
+_PTX_ENTRY = r"(?s)\.entry\s+([\w$]+)\s*\(([^)]*)\)"
+_PTX_PARAM = r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[\w$]+\s*(?:\[\s*(\d+)\s*\])?"
 # PTX keeps only widths: NVRTC writes .u32 for int and unsigned alike, .u64 for pointers and
 # 64-bit integers. A 64-bit parameter therefore accepts device arrays, kjit.ptr and numpy
 # integers, but not a bare Python int (pointer or integer? kjit will not guess).
@@ -212,12 +213,12 @@ _PTX_TYPES = {"f32": SCALARS["float"], "f64": SCALARS["double"], "f16": SCALARS[
 def ptx_param_types(ptx: bytes | str, entry: str) -> list[CType | None] | None:
     """The parameter types PTX declares for kernel `entry` (None per aggregate parameter)."""
     text = ptx.decode("utf-8", "replace") if isinstance(ptx, bytes) else ptx
-    for m in _PTX_ENTRY.finditer(text):
+    for m in re.finditer(_PTX_ENTRY, text):
         if m.group(1) != entry:
             continue
         out: list[CType | None] = []
         for decl in (d for d in m.group(2).split(",") if d.strip()):
-            pm = _PTX_PARAM.search(decl)
+            pm = re.search(_PTX_PARAM, decl)
             if pm is None:
                 return None
             out.append(None if pm.group(2) else _PTX_TYPES.get(pm.group(1)))
