@@ -99,7 +99,8 @@ def device_arch(ordinal: int | None = None) -> Arch | None:
     if not driver.available():
         return None
     if ordinal is None:
-        ordinal = driver.current_device()
+        ordinal = driver.thread_device()
+        driver.warm_primary_context(ordinal)   # the load that usually follows will need it
     major, minor = driver.compute_capability(ordinal)
     return parse(f"sm_{major}{minor}")
 

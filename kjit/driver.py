@@ -6,6 +6,7 @@ DriverError with all three names, and a missing libcuda into CudaUnavailableErro
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import threading
 from typing import Any, Callable
@@ -164,6 +165,45 @@ def primary_context(ordinal: int) -> Any:
             ctx = call(drv.cuDevicePrimaryCtxRetain, dev)
             _primary[ordinal] = ctx
     return ctx
+
+
+# Creating a primary context takes ~100 ms inside the driver (cuda.bindings releases the GIL
+# there). compile(arch=None) needs only the device's compute capability, so it starts the
+# context in a background thread: the disk-cache hit and the imports of a fresh process's
+# first load overlap it instead of waiting behind it.
+_warming: dict[int, threading.Thread] = {}
+
+
+def _retain_quietly(ordinal: int) -> None:
+    try:
+        primary_context(ordinal)
+    except Exception:   # the thread that needs the context asks again and gets the error
+        pass
+
+
+def warm_primary_context(ordinal: int) -> None:
+    """Start retaining device `ordinal`'s primary context in the background (no-op once
+    retained or started); primary_context() waits for it."""
+    if ordinal in _primary or ordinal in _warming:
+        return
+    t = threading.Thread(target=_retain_quietly, args=(ordinal,), name="kjit-context", daemon=True)
+    _warming[ordinal] = t
+    t.start()
+
+
+@atexit.register
+def _join_warming() -> None:
+    """Never leave a context half-made inside the driver while the process exits."""
+    for t in list(_warming.values()):
+        t.join(timeout=30)
+
+
+def thread_device() -> int:
+    """The device of this thread's current context, else its default device (kjit.Device):
+    what ensure_context() would use, without creating a context."""
+    if current_context() is not None:
+        return int(call(bindings().cuCtxGetDevice))
+    return getattr(_tls, "default_device", 0)
 
 
 def current_context() -> Any | None:

@@ -381,3 +381,24 @@ def test_zeros_and_in_copies_are_complete_before_a_non_blocking_stream_reads_the
         out = np.empty(n, np.float32)
         k[kjit.cdiv(n, 256), 256, s](kjit.In(ah), kjit.zeros(n, np.float32), kjit.Out(out), n)
         np.testing.assert_array_equal(out, ah)
+
+
+def test_compile_for_the_device_makes_its_context_in_the_background():
+    # compile(arch=None) asks only the compute capability; the primary context it will
+    # need for loading is created meanwhile on a helper thread. A fresh process that only
+    # compiles must still exit cleanly, and one that loads must find the context ready.
+    code = textwrap.dedent('''
+        import sys, threading, kjit
+        from kjit import driver
+        src = 'extern "C" __global__ void f(int* p) { p[0] = 42; }'
+        obj = kjit.compile(src)
+        assert any(t.name == "kjit-context" for t in threading.enumerate()) or driver._primary
+        if sys.argv[1] == "load":
+            out = kjit.zeros(1, "int32")
+            kjit.load(obj).get_function("f")[1, 1](out)
+            assert out.get()[0] == 42
+        print("OK")
+    ''')
+    for mode in ("compile-only", "load"):
+        res = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0 and "OK" in res.stdout, res.stderr
