@@ -161,34 +161,63 @@ def primary_context(ordinal: int) -> Any:
             if not 0 <= ordinal < count:
                 raise CudaUnavailableError(
                     f"device {ordinal} does not exist: this machine has {count} CUDA device(s)")
+            if ordinal in _warming:
+                _warming[ordinal].join()   # the context is (being) made: this retain is quick
             dev = call(drv.cuDeviceGet, ordinal)
             ctx = call(drv.cuDevicePrimaryCtxRetain, dev)
+            _adopt_warmed(ordinal)
             _primary[ordinal] = ctx
     return ctx
 
 
-# Creating a primary context takes ~100 ms inside the driver (cuda.bindings releases the GIL
-# there). compile(arch=None) needs only the device's compute capability, so it starts the
-# context in a background thread: the disk-cache hit and the imports of a fresh process's
-# first load overlap it instead of waiting behind it.
+# Creating a primary context takes ~100 ms inside the driver. compile(arch=None) needs only
+# the device's compute capability, so it starts the context on a helper thread: the disk-cache
+# hit and the imports of a fresh process's first load overlap it instead of waiting behind
+# it. The helper calls libcuda through ctypes, which releases the GIL (cuda.bindings holds it
+# through the call); primary_context() then retains the made context and drops the helper's
+# reference, so the count is what it would have been.
 _warming: dict[int, threading.Thread] = {}
+_warm_retained: dict[int, Any] = {}
 
 
-def _retain_quietly(ordinal: int) -> None:
+def _libcuda() -> Any:
+    import ctypes
+    return ctypes.CDLL("libcuda.so.1")   # the copy cuda.bindings loaded: dlopen finds it
+
+
+def _retain_in_background(ordinal: int) -> None:
+    import ctypes
     try:
-        primary_context(ordinal)
-    except Exception:   # the thread that needs the context asks again and gets the error
+        lib = _libcuda()
+        dev = ctypes.c_int()
+        ctx = ctypes.c_void_p()
+        if lib.cuDeviceGet(ctypes.byref(dev), ordinal) == 0 and \
+                lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0:
+            _warm_retained[ordinal] = dev.value
+    except Exception:   # the thread that needs the context makes it and reports any error
         pass
 
 
 def warm_primary_context(ordinal: int) -> None:
-    """Start retaining device `ordinal`'s primary context in the background (no-op once
-    retained or started); primary_context() waits for it."""
+    """Start making device `ordinal`'s primary context in the background (no-op once retained
+    or started); primary_context() waits for it."""
     if ordinal in _primary or ordinal in _warming:
         return
-    t = threading.Thread(target=_retain_quietly, args=(ordinal,), name="kjit-context", daemon=True)
+    t = threading.Thread(target=_retain_in_background, args=(ordinal,), name="kjit-context",
+                         daemon=True)
     _warming[ordinal] = t
     t.start()
+
+
+def _adopt_warmed(ordinal: int) -> None:
+    """Wait for the helper, then drop its reference (ours was just taken)."""
+    t = _warming.get(ordinal)
+    if t is None:
+        return
+    t.join()
+    dev = _warm_retained.pop(ordinal, None)
+    if dev is not None:
+        _libcuda().cuDevicePrimaryCtxRelease_v2(dev)
 
 
 @atexit.register
