@@ -281,6 +281,18 @@ def _zstd_decompressor():
         return None
 
 
+def _lz4_length(src: bytes, i: int, length: int) -> tuple[int, int]:
+    """A literal or match length: a nibble of 15 continues in bytes until one is not 255."""
+    if length == 15:
+        while True:
+            b = src[i]
+            i += 1
+            length += b
+            if b != 255:
+                break
+    return length, i
+
+
 def lz4_block_decompress(src: bytes, size: int) -> bytes:
     """Decode one LZ4 block (the format fatbins use for `-compress-mode=speed`)."""
     out = bytearray()
@@ -288,14 +300,7 @@ def lz4_block_decompress(src: bytes, size: int) -> bytes:
     while i < n:
         token = src[i]
         i += 1
-        lit = token >> 4
-        if lit == 15:
-            while True:
-                b = src[i]
-                i += 1
-                lit += b
-                if b != 255:
-                    break
+        lit, i = _lz4_length(src, i, token >> 4)
         out += src[i:i + lit]
         i += lit
         if i >= n or (size and len(out) >= size):
@@ -304,14 +309,7 @@ def lz4_block_decompress(src: bytes, size: int) -> bytes:
         i += 2
         if offset == 0 or offset > len(out):
             raise ValueError(f"LZ4 match offset {offset} points before the start")
-        mlen = token & 15
-        if mlen == 15:
-            while True:
-                b = src[i]
-                i += 1
-                mlen += b
-                if b != 255:
-                    break
+        mlen, i = _lz4_length(src, i, token & 15)
         mlen += 4
         # The match may overlap what it produces: it then repeats the last `offset` bytes.
         chunk = bytes(out[len(out) - offset:len(out) - offset + min(offset, mlen)])

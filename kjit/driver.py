@@ -165,7 +165,7 @@ def primary_context(ordinal: int) -> Any:
                 _warming[ordinal].join()   # the context is (being) made: this retain is quick
             dev = call(drv.cuDeviceGet, ordinal)
             ctx = call(drv.cuDevicePrimaryCtxRetain, dev)
-            _adopt_warmed(ordinal)
+            _drop_helper_reference(ordinal)
             _primary[ordinal] = ctx
     return ctx
 
@@ -209,12 +209,8 @@ def warm_primary_context(ordinal: int) -> None:
     t.start()
 
 
-def _adopt_warmed(ordinal: int) -> None:
-    """Wait for the helper, then drop its reference (ours was just taken)."""
-    t = _warming.get(ordinal)
-    if t is None:
-        return
-    t.join()
+def _drop_helper_reference(ordinal: int) -> None:
+    """Release the finished helper's retain (ours was just taken)."""
     dev = _warm_retained.pop(ordinal, None)
     if dev is not None:
         _libcuda().cuDevicePrimaryCtxRelease_v2(dev)

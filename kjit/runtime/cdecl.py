@@ -26,7 +26,7 @@ class CType(NamedTuple):
 
 
 def _scalar(name: str, typestr: str, kind: str) -> CType:
-    size = int(typestr[2:])
+    size = dtypes.resolve(typestr)[1]
     return CType(name, size, size, kind, typestr)
 
 

@@ -28,11 +28,6 @@ _BY_PYTHON_TYPE = {float: _COMMON["float64"], int: _COMMON["int64"], bool: _COMM
 LITTLE_ENDIAN = sys.byteorder == "little"
 
 
-def loaded_numpy() -> Any:
-    """numpy if this process has imported it (then a value may be a numpy object), else None."""
-    return sys.modules.get("numpy")
-
-
 def numpy() -> Any:
     import numpy
     return numpy
@@ -68,6 +63,3 @@ def integer_range(kind: str, size: int) -> tuple[int, int]:
     """(min, max) of a C integer type: kind "int" (signed) or "uint"."""
     bits = 8 * size
     return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if kind == "int" else (0, (1 << bits) - 1)
-
-
-FLOAT_FORMATS = {2: "e", 4: "f", 8: "d"}   # struct formats of half, float, double

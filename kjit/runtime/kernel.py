@@ -22,23 +22,15 @@ DEFAULT_SHARED_LIMIT = 48 * 1024
 _MAX_CONFIGS = 512
 
 
-def c_pack() -> Callable[..., int] | None:
-    """The compiled argument packer, when the C launch call is in use."""
+def c_function(name: str) -> Callable[..., Any] | None:
+    """A function of the compiled extension (kjit/runtime/_launch.c), None when not built:
+    "pack" (the argument packer) or "launcher" (`k[grid, block]` as one C callable that
+    packs and launches, handing anything unusual to the Python launcher it wraps)."""
     try:
         from . import _launch
     except ImportError:
         return None
-    return getattr(_launch, "pack", None)
-
-
-def c_launcher() -> Callable[..., Any] | None:
-    """The compiled Launcher factory: `k[grid, block]` as one C callable that packs and
-    launches, handing anything unusual to the Python launcher it wraps."""
-    try:
-        from . import _launch
-    except ImportError:
-        return None
-    return getattr(_launch, "launcher", None)
+    return getattr(_launch, name, None)
 
 
 def c_launch() -> Callable[..., int] | None:
@@ -246,7 +238,7 @@ class Kernel:
     # --- the generated fast path ------------------------------------------------------
     def _build_factory(self) -> Callable:
         spec = self._packer.c_spec() if self._c_launch else None
-        pack = c_pack() if spec is not None else None
+        pack = c_function("pack") if spec is not None else None
         if pack is not None:
             return self._build_c_factory(pack, *spec)
         return self._build_python_factory()
@@ -271,7 +263,7 @@ class Kernel:
             "                    stream, PARAMS, gx, gy, gz, bx, by, bz, shmem, OWNER)\n")
         names = dict(
             get_ident=threading.get_ident, OWNER=self._owner, OTHER=self._launch_other_thread,
-            LAUNCHER=c_launcher(),
+            LAUNCHER=c_function("launcher"),
             PACK=pack, SPEC=spec, TOKENS=tokens, BUFADDR=ctypes.addressof(self._buf),
             DeviceArray=DeviceArray, SLOW=self._fill_slow, LAST=context_mod.last_launch,
             NAME=self.name, LAUNCH=self._c_launch, FUNC=int(self.handle), PARAMS=self._ptrs_addr,

@@ -148,7 +148,7 @@ def _floating(slot: ParamSlot, value: Any) -> Any:
 def _narrow(value: int | float, size: int) -> float | None:
     """value rounded to the C float type of `size` bytes, as the device will see it (None
     where it overflows): struct rounds to nearest, like the compiler's conversion."""
-    fmt = dtypes.FLOAT_FORMATS[size]
+    fmt = _SCALAR_FMT[("float", size)]
     try:
         narrowed = struct.unpack(fmt, struct.pack(fmt, float(value)))[0]
     except OverflowError:   # beyond float (a huge int) or beyond the narrower type
