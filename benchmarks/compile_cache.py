@@ -1,6 +1,7 @@
 """Benchmark 2: compile and cache. Cold compile, in-process repeat, and a fresh process from
 start to its first launch with a warm disk cache, for kjit, CuPy and cuda.core; import time
-on its own; and a kernel whose header lives in an include directory."""
+on its own; a kernel whose header lives in an include directory; and (`headers_run`, no GPU
+needed) a CUB + cooperative groups + fp16 kernel that reads ~535 toolkit headers."""
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import kjit
 
-from .kernels import launch_source
+from .kernels import HEADERS_SOURCE, launch_source
 
 SRC = launch_source(3)
 FRESH_RUNS = 11
@@ -44,7 +45,17 @@ def _fresh_interleaved(codes: dict[str, str], env: dict) -> dict[str, float]:
     for _ in range(FRESH_RUNS):
         for name, code in codes.items():
             samples[name].append(_fresh_once(code, env))
+    RUNS.update(samples)
     return {name: statistics.median(v) for name, v in samples.items()}
+
+
+RUNS: dict[str, list[float]] = {}   # every run of the last interleaved set, for paired ratios
+
+
+def paired_ratio(name: str, reference: str) -> str:
+    """Median [min-max] over runs of run_i(name) / run_i(reference), taken in turns."""
+    ratios = [a / b for a, b in zip(RUNS[name], RUNS[reference])]
+    return f"{statistics.median(ratios):.3f}x [{min(ratios):.3f}-{max(ratios):.3f}]"
 
 
 BARE = '''
@@ -141,6 +152,95 @@ def _cuda_core_program_cache(tmp: Path, env: dict) -> dict:
         return {"cuda.core program cache": f"failed: {type(exc).__name__}: {exc}"}
 
 
+HIT_AFTER_IMPORT = '''
+import sys, time
+t0 = time.perf_counter()
+import kjit
+t1 = time.perf_counter()
+obj = kjit.compile(open({path!r}).read(), arch="sm_90")
+t2 = time.perf_counter()
+assert obj.cache_hit is True, obj.cache_hit
+print("OK", (t1 - t0) * 1e3, (t2 - t1) * 1e3)
+'''
+
+
+def _fresh_hits(paths: dict[str, Path], env: dict, before=None) -> dict[str, tuple[float, float]]:
+    """(import kjit ms, compile ms after it) of a fresh process's disk hit, medians of
+    FRESH_RUNS, the kernels taking turns; `before()` runs before each process."""
+    samples: dict[str, list[tuple[float, float]]] = {k: [] for k in paths}
+    for _ in range(FRESH_RUNS):
+        for name, path in paths.items():
+            if before:
+                before()
+            res = subprocess.run([sys.executable, "-c", HIT_AFTER_IMPORT.format(path=str(path))],
+                                 capture_output=True, text=True, env=env, timeout=300)
+            if res.returncode != 0 or "OK" not in res.stdout:
+                raise SystemExit(f"fresh-process hit failed:\n{res.stdout}\n{res.stderr}")
+            imp, comp = map(float, res.stdout.split("OK")[1].split())
+            samples[name].append((imp, comp))
+    return {k: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v))
+            for k, v in samples.items()}
+
+
+def _repeat_us(src: str, n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        kjit.compile(src, arch="sm_90")
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def headers_run() -> dict:
+    """The toolkit-header kernel against a small one: cold compile, in-process repeat (with
+    change notification, and with the stat check it replaces), a fresh process's disk hit
+    beyond `import kjit` (from its manifest, and resolving includes without one). No GPU:
+    compiles for sm_90."""
+    import shutil
+    from kjit.compiler import includes, search, watch
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        cache = tmp / "kjit-cache"
+        env = dict(os.environ, KJIT_CACHE_DIR=str(cache))
+        saved = os.environ.get("KJIT_CACHE_DIR")
+        os.environ["KJIT_CACHE_DIR"] = str(cache)
+        try:
+            small = launch_source(3)
+            paths = {"small": tmp / "small.cu", "headers": tmp / "headers.cu"}
+            paths["small"].write_text(small)
+            paths["headers"].write_text(HEADERS_SOURCE)
+            res = includes.resolve(HEADERS_SOURCE, name="kernel.cu",
+                                   search=search.for_options(kjit.CompileOptions(), "cuda"))
+            out["toolkit-header kernel: headers read"] = len(res.deps)
+            for name, src in (("small", small), ("headers", HEADERS_SOURCE)):
+                t0 = time.perf_counter()
+                assert kjit.compile(src, arch="sm_90").cache_hit is False
+                out[f"{name} kernel: cold compile ms"] = (time.perf_counter() - t0) * 1e3
+                kjit.compile(src, arch="sm_90")  # the first repeat stats the headers,
+                kjit.compile(src, arch="sm_90")  # the second arms change notification
+                out[f"{name} kernel: in-process repeat us"] = _repeat_us(src, 20000)
+            state = dict(watch._state)
+            watch._state.update(inotify=None, failed=True)
+            try:
+                out["headers kernel: in-process repeat, stat check instead us"] = \
+                    _repeat_us(HEADERS_SOURCE, 500)
+            finally:
+                watch._state.update(state)
+            hits = _fresh_hits(paths, env)
+            out["import kjit ms"] = hits["small"][0]
+            for name, (_, comp) in hits.items():
+                out[f"{name} kernel: fresh-process disk hit beyond import kjit ms"] = comp
+            manifests = cache / "headers"
+            nothing = _fresh_hits({"headers": paths["headers"]}, env,
+                                  before=lambda: shutil.rmtree(manifests, ignore_errors=True))
+            out["headers kernel: same, no manifest (resolving includes) ms"] = nothing["headers"][1]
+        finally:
+            if saved is None:
+                os.environ.pop("KJIT_CACHE_DIR", None)
+            else:
+                os.environ["KJIT_CACHE_DIR"] = saved
+    return out
+
+
 def run() -> dict:
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,6 +264,8 @@ def run() -> dict:
             # what any numpy user pays
             "bare driver + import numpy fresh process ms": "import numpy\n" + BARE.format(cubin=str(cubin)),
             "kjit fresh process to first launch ms": KJIT.format(src=SRC, extra="")}, env))
+        out["kjit fresh / bare, median of paired runs"] = paired_ratio(
+            "kjit fresh process to first launch ms", "bare driver fresh process to first launch ms")
         out["import kjit ms"] = _import_ms("kjit", env)
         out["import cuda.bindings.driver ms"] = _import_ms("cuda.bindings.driver", env)
         # a header in an include directory: the key reads it, the disk hit still holds
@@ -223,4 +325,5 @@ def run() -> dict:
         except Exception as exc:  # an API change in cuda.core must not hide the other figures
             out["cuda.core"] = f"unavailable: {type(exc).__name__}: {exc}"
         out.update(_cuda_core_program_cache(tmp, env))
+    out.update(headers_run())
     return out

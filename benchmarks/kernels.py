@@ -35,3 +35,25 @@ def launch_args(nargs: int) -> list:
 def expected(nargs: int) -> float:
     vals = launch_args(nargs)
     return float(sum(vals)) if vals else 1.0
+
+
+# A kernel as people write them: fp16 loads, a cooperative-groups warp reduction and a CUB
+# block reduction. With the toolkit and CCCL headers it reads about 535 headers.
+HEADERS_SOURCE = r"""
+#include <cuda_fp16.h>
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+#include <cub/block/block_reduce.cuh>
+namespace cg = cooperative_groups;
+
+extern "C" __global__ void __launch_bounds__(128) half_sum(const __half* x, float* out, int n) {
+    using BlockReduce = cub::BlockReduce<float, 128>;
+    __shared__ typename BlockReduce::TempStorage tmp;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = i < n ? __half2float(x[i]) : 0.0f;
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+    v = cg::reduce(warp, v, cg::plus<float>());
+    float s = BlockReduce(tmp).Sum(warp.thread_rank() == 0 ? v : 0.0f);
+    if (threadIdx.x == 0) out[blockIdx.x] = s;
+}
+"""

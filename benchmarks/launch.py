@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import statistics
 import shutil
 import subprocess
 import tempfile
@@ -31,11 +32,11 @@ def _check(name: str, nargs: int, got: float) -> dict:
     return {"check": got}
 
 
-# Toolkits take turns, round after round, so drift hits them alike; each figure is the best
-# round's median. The VM's neighbours only ever add time (C itself moved 3.2-4.4 us between
-# runs, and by 30% between rounds of one run), so the best round is the figure that repeats;
-# every round's figure is kept in the JSON ("launch_rounds").
-ROUNDS = 15
+# Toolkits take turns, round after round, so drift hits them alike. Each round gives every
+# toolkit its median over batches; a figure is then the median over rounds of the per-round
+# ratio to C (with its min and max), the paired method: the VM's neighbours move C itself by
+# 30% between rounds, and a ratio taken within one round cancels that.
+ROUNDS = 11
 BATCHES_PER_ROUND = 10
 
 
@@ -122,6 +123,78 @@ class KjitGetitem(Toolkit):
         _check(self.name, n, float(self.state[n][0].get()[0]))
 
 
+class KjitStreamShared(KjitGetitem):
+    name = "kjit k[grid, block, stream, 0](...)"
+
+    def make(self, k, args):
+        stream = kjit.Stream()
+        self.stream = stream
+        return lambda: k[1, 32, stream, 0](*args)
+
+
+class KjitDecorator(KjitGetitem):
+    """@kjit.kernel: each call finds the specialization for the current context, then launches."""
+    name = "kjit @kernel f[grid, block](...)"
+
+    def prepare(self, n):
+        src = launch_source(n)
+        f = kjit.kernel(lambda: src, name=f"k{n}")
+        buf = kjit.zeros(16, np.float32)
+        args = [buf, *launch_args(n)]
+        f[1, 32](*args)  # compile and load outside the timing
+        self.state[n] = (buf, lambda: f[1, 32](*args))
+
+
+class KjitBound(KjitGetitem):
+    name = "kjit bound launcher L(...)"
+
+    def make(self, k, args):
+        launcher = k[1, 32]
+        return lambda: launcher(*args)
+
+
+class KjitTorch(Toolkit):
+    """A PyTorch tensor and a torch.cuda.Stream passed straight to a kjit kernel."""
+    name = "kjit k[g, b, torch stream](torch tensor, ...)"
+
+    def __init__(self):
+        import torch
+        self.torch = torch
+        self.stream = torch.cuda.Stream()
+        self.state = {}
+
+    def prepare(self, n):
+        k = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}")
+        buf = self.torch.zeros(16, dtype=self.torch.float32, device="cuda")
+        args, stream = [buf, *launch_args(n)], self.stream
+        self.state[n] = (buf, lambda: k[1, 32, stream](*args))
+
+    def time_round(self, n):
+        return per_launch_us(self.state[n][1], self.stream.synchronize, batches=BATCHES_PER_ROUND)
+
+    def check(self, n):
+        _check(self.name, n, float(self.state[n][0][0].item()))
+
+
+class KjitCuPy(KjitTorch):
+    name = "kjit k[g, b, cupy stream](cupy array, ...)"
+
+    def __init__(self):
+        import cupy
+        self.cp = cupy
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.state = {}
+
+    def prepare(self, n):
+        k = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}")
+        buf = self.cp.zeros(16, self.cp.float32)
+        args, stream = [buf, *launch_args(n)], self.stream
+        self.state[n] = (buf, lambda: k[1, 32, stream](*args))
+
+    def check(self, n):
+        _check(self.name, n, float(self.state[n][0][0].get()))
+
+
 class KjitViaBindings(KjitGetitem):
     """kjit's launcher with cuda.bindings' cuLaunchKernel instead of the C call (the fallback
     when kjit/runtime/_launch.c is not built)."""
@@ -196,32 +269,57 @@ class CuPy(Toolkit):
         _check(self.name, n, float(self.state[n][0][0].get()))
 
 
-def run() -> dict:
+ORDER = ["C cuLaunchKernel", "cuda.bindings void**", "kjit k[grid, block](...)",
+         "kjit k[grid, block, stream, 0](...)", "kjit @kernel f[grid, block](...)",
+         "kjit bound launcher L(...)", "kjit k.launch(...)",
+         "kjit k[g, b, torch stream](torch tensor, ...)",
+         "kjit k[g, b, cupy stream](cupy array, ...)", "kjit k[...] via cuda.bindings call",
+         "cuda.core launch", "CuPy RawKernel"]
+
+
+def paired(samples: dict[str, dict[int, list[float]]], c_name: str = "C cuLaunchKernel") -> dict:
+    """{toolkit: {nargs: {"us", "ratio", "min", "max"}}}: per-round ratios to C, their median,
+    min and max, and the median µs."""
+    out: dict = {}
+    c = samples[c_name]
+    for name, rows in samples.items():
+        out[name] = {}
+        for n, values in rows.items():
+            ratios = [v / cv for v, cv in zip(values, c[n])]
+            out[name][n] = {"us": round(statistics.median(values), 3),
+                            "ratio": round(statistics.median(ratios), 3),
+                            "min": round(min(ratios), 3), "max": round(max(ratios), 3)}
+    return out
+
+
+def run() -> tuple[dict, dict]:
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        toolkits: list[Toolkit] = [C(Path(tmp)), Bindings(), KjitGetitem(), KjitLaunch(),
-                                   KjitViaBindings()]
-        for factory in (CudaCore, CuPy):
+        toolkits: list[Toolkit] = [C(Path(tmp)), Bindings(), KjitGetitem(), KjitStreamShared(),
+                                   KjitDecorator(), KjitBound(), KjitLaunch(), KjitViaBindings()]
+        for factory in (KjitTorch, KjitCuPy, CudaCore, CuPy):
             try:
                 toolkits.append(factory())
             except Exception as exc:  # a peer that is missing or changed its API
                 results[factory.name] = f"unavailable: {type(exc).__name__}: {exc}"
-        samples: dict[str, dict[int, list[float]]] = {t.name: {n: [] for n in NARGS} for t in toolkits}
+        ready = []
         for t in toolkits:
-            for n in NARGS:
-                t.prepare(n)
+            try:
+                for n in NARGS:
+                    t.prepare(n)
+                ready.append(t)
+            except Exception as exc:
+                results[t.name] = f"failed to prepare: {type(exc).__name__}: {exc}"
+        samples: dict[str, dict[int, list[float]]] = {t.name: {n: [] for n in NARGS} for t in ready}
         for r in range(-1, ROUNDS):   # round -1 warms every path (clocks, caches) untimed
             for n in NARGS:
-                for t in toolkits:
+                for t in ready:
                     us = t.time_round(n)
                     if r >= 0:
                         samples[t.name][n].append(us)
-        for t in toolkits:
+        for t in ready:
             for n in NARGS:
                 t.check(n)   # every figure came from launches that did their work
-            results[t.name] = {n: min(v) for n, v in samples[t.name].items()}
-    order = ["C cuLaunchKernel", "cuda.bindings void**", "kjit k[grid, block](...)",
-             "kjit k.launch(...)", "kjit k[...] via cuda.bindings call", "cuda.core launch",
-             "CuPy RawKernel"]
-    rounds = {t.name: {n: [round(x, 3) for x in v] for n, v in samples[t.name].items()} for t in toolkits}
-    return {k: results[k] for k in order if k in results}, rounds
+        results.update(paired(samples))
+    rounds = {name: {n: [round(x, 3) for x in v] for n, v in rows.items()} for name, rows in samples.items()}
+    return {k: results[k] for k in ORDER if k in results}, rounds

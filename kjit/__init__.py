@@ -14,14 +14,12 @@ from .errors import (ArgumentError, CompileError, CudaUnavailableError, DriverEr
 
 # public name -> module that defines it
 _LAZY = {
-    "compile": "kjit.compiler.api",
     "CompileOptions": "kjit.compiler.options",
     "ObjectCode": "kjit.objectcode",
     "Arch": "kjit.arch",
     "link": "kjit.linker",
     "LinkOptions": "kjit.linker",
     "LinkResult": "kjit.linker",
-    "load": "kjit.runtime.module",
     "Module": "kjit.runtime.module",
     "JitOptions": "kjit.jit_options",
     "Kernel": "kjit.runtime.kernel",
@@ -44,9 +42,35 @@ _LAZY = {
 }
 _SUBMODULES = ("cache",)
 
-__all__ = sorted([*_LAZY, *_SUBMODULES, "__version__", "ArgumentError", "CompileError",
+__all__ = sorted([*_LAZY, *_SUBMODULES, "compile", "load", "__version__", "ArgumentError", "CompileError",
                   "CudaUnavailableError", "DriverError", "InvalidOptionError",
                   "KernelNotFoundError", "KjitError", "LinkError"])
+
+
+def compile(source: str, *, arch: Any = None, backend: str = "cuda", **kwargs: Any) -> Any:
+    """Compile CUDA (NVRTC) or HIP (hiprtc) source to PTX, cubin, LTO-IR or an AMD code object;
+    see kjit.compiler.api.compile for every argument. The result comes through kjit's cache."""
+    device_arch = arch is None and backend == "cuda"
+    if device_arch:
+        # The current device's arch. Asking for it starts the device's context in the
+        # background, so the compile path's imports and its cache hit overlap the ~100 ms
+        # the driver takes to make it, instead of running before it starts.
+        from .arch import resolve
+        arch = resolve(None, "cuda").name
+    from .compiler.api import compile as compile_through_cache
+    obj = compile_through_cache(source, arch=arch, backend=backend, **kwargs)
+    if device_arch:
+        # the load that usually follows needs the runtime; in a fresh process its imports
+        # now overlap the context still being made, instead of following it
+        import kjit.runtime.module  # noqa: F401
+    return obj
+
+
+def load(code: Any, *, jit_options: Any = None) -> Any:
+    """Load compiled or linked code (ObjectCode, LinkResult, bytes or a file path) and return a
+    Module; see kjit.runtime.module.load."""
+    from .runtime.module import load as load_module
+    return load_module(code, jit_options=jit_options)
 
 
 def __getattr__(name: str) -> Any:
@@ -67,7 +91,6 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static checkers see the real names
     from . import cache
     from .arch import Arch
-    from .compiler.api import compile
     from .compiler.options import CompileOptions
     from .decorator import kernel
     from .linker import LinkOptions, LinkResult, link
@@ -76,6 +99,6 @@ if TYPE_CHECKING:  # static checkers see the real names
     from .jit_options import JitOptions
     from .runtime.kernel import Kernel, LaunchConfig, cdiv
     from .runtime.memory import DeviceArray, In, InOut, Out, empty, to_device, zeros
-    from .runtime.module import Module, load
+    from .runtime.module import Module
     from .runtime.params import ptr
     from .runtime.stream import Event, Stream

@@ -1,11 +1,12 @@
-"""Target architecture names: parsing, validation against the compiler, and detection.
+"""Target architecture names: parsing, describing, and detecting the current device's.
+
+What the installed compiler can target is the compiler's question (kjit.compiler.targets).
 
 CUDA: sm_90 (real: cubin), sm_90a / sm_100f (arch- and family-specific), compute_90 (virtual:
 PTX only). HIP: gfx90a, gfx942, gfx1100 (optionally with :xnack± / :sramecc± features).
 """
 from __future__ import annotations
 
-import functools
 import os
 import re
 from typing import NamedTuple
@@ -70,27 +71,6 @@ def parse(arch: str | int | Arch, backend: str = "cuda") -> Arch:
             f"sm_{_SUFFIX_FROM[suffix]} on; use sm_{number}")
     return Arch(f"{'compute' if kind != 'sm' else 'sm'}_{number}{suffix}", "cuda", number,
                 suffix, virtual=kind != "sm")
-
-
-@functools.lru_cache(maxsize=None)
-def nvrtc_supported() -> tuple[int, ...]:
-    """The SM numbers the installed NVRTC can target (nvrtcGetSupportedArchs), remembered
-    across processes so a warm cache hit never loads libnvrtc."""
-    from .compiler import facts
-    return tuple(facts.nvrtc()["archs"])
-
-
-def check_supported(arch: Arch) -> None:
-    """Raise if the installed compiler cannot target `arch`; the message lists what it can."""
-    if arch.backend == "hip":
-        from .compiler import hiprtc
-        hiprtc.check_arch(arch.name)  # before the cache lookup: hiprtc 5.2 crashes on unknown targets
-        return
-    supported = nvrtc_supported()
-    if arch.number not in supported:
-        listed = ", ".join(f"sm_{n}" for n in supported)
-        raise InvalidOptionError(
-            f"arch {arch.name!r} is not supported by the installed NVRTC; it supports: {listed}")
 
 
 def device_arch(ordinal: int | None = None) -> Arch | None:

@@ -9,11 +9,17 @@
 Keyword defaults of the function are compile-time parameters: `scale.specialize(T="double")`
 returns the kernel compiled with T="double". Compilation is lazy (first launch), once per
 (parameters, device arch), and goes through kjit.compile's cache.
+
+The device current in the launching thread (kjit.Device, torch.cuda.device, cupy.cuda.Device)
+decides where a launch runs. Each device gets the kernel on its first launch there: devices
+of one arch share one compile and one Module, loaded into each device's context.
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import threading
+import weakref
 from typing import Any, Callable
 
 from . import driver
@@ -21,8 +27,38 @@ from .compiler.options import CompileOptions
 from .errors import ArgumentError, KjitError
 
 
-class KernelFunction:
-    """A kernel defined by a source-returning function; launch with `[grid, block](*args)`."""
+class _PyKernelFunctionBase:
+    """f[config] in Python, where the C extension (its KernelFunctionBase) is not built."""
+
+    __slots__ = ()
+
+    def __getitem__(self, config: Any) -> Callable[..., None]:
+        return self._getitem_slow(config)  # type: ignore[attr-defined]
+
+
+def _function_base() -> type:
+    from .runtime.libcuda import c_function
+    return c_function("KernelFunctionBase") or _PyKernelFunctionBase
+
+
+# Every KernelFunction's context -> Kernel table, emptied for a context kjit destroys (a new
+# context may get the same address).
+_tables: "weakref.WeakSet[KernelFunction]" = weakref.WeakSet()
+
+
+def _forget_context(ctx: int) -> None:
+    for f in list(_tables):
+        f._by_current.pop(ctx, None)
+
+
+driver.context_destroyed_hooks.append(_forget_context)
+
+
+class KernelFunction(_function_base()):  # type: ignore[misc]
+    """A kernel defined by a source-returning function; launch with `[grid, block](*args)`.
+
+    `f[grid, block]` finds the Kernel for the thread's current context in `_by_current`
+    (in C where the extension is built) and returns its launcher for that configuration."""
 
     def __init__(self, source_fn: Callable[..., str], *, name: str | None = None,
                  options: CompileOptions | None = None, arch: str | None = None,
@@ -45,8 +81,12 @@ class KernelFunction:
             raise ArgumentError(f"{source_fn.__name__} has no compile-time parameter(s) {sorted(unknown)}; "
                                 f"it has {sorted(self.defaults)}")
         self.name = name or source_fn.__name__
-        self._by_context: dict[tuple[int, int], Any] = {}
-        self._get_current = lambda: driver.bindings().cuCtxGetCurrent()
+        self._by_context: dict[tuple[int, int], Any] = {}   # (context, epoch) -> Kernel
+        self._by_current: dict[int, Any] = {}   # context -> Kernel, for the fast path
+        _tables.add(self)
+        self._modules: dict[bytes, Any] = {}   # code -> Module, shared by the devices it suits
+        self._current: Callable[[], int] | None = None   # cuCtxGetCurrent, resolved on first use
+        self._lock = threading.Lock()
         self._specializations: dict[tuple, KernelFunction] = {}
         self.object = None
         functools.update_wrapper(self, source_fn)
@@ -86,20 +126,34 @@ class KernelFunction:
         key = (int(ctx), driver.context_epoch(ctx))
         k = self._by_context.get(key)
         if k is None:
-            from .runtime.module import load
-            obj = self.compile()
-            self.object = obj
-            k = load(obj, jit_options=self.jit_options).get_function(self.name)
-            self._by_context[key] = k
+            with self._lock:
+                k = self._by_context.get(key)
+                if k is None:
+                    k = self._by_context[key] = self._load_here()
         return k
 
-    def __getitem__(self, config: Any) -> Callable[..., None]:
+    def _load_here(self):
+        from .runtime.module import load
+        obj = self.compile()   # this device's arch: another device of the same arch is a cache hit
+        self.object = obj
+        module = self._modules.get(obj.code)
+        if module is None:
+            module = self._modules[obj.code] = load(obj, jit_options=self.jit_options)
+        return module.get_function(self.name)   # loads the module into this context
+
+    def _getitem_slow(self, config: Any) -> Callable[..., None]:
         # keyed by the thread's current context, so a device switch made by CuPy or PyTorch
-        # (or kjit.Device) picks that device's kernel; one cheap driver call
-        err, ctx = self._get_current()
-        k = self._by_context.get((int(ctx), driver.context_epoch(ctx))) if not err else None
+        # (or kjit.Device) picks that device's kernel; one C call into libcuda
+        current = self._current
+        if current is None:
+            from .runtime.libcuda import current_context_fn
+            current = self._current = current_context_fn()
+        ctx = current()
+        k = self._by_context.get((ctx, driver.context_epoch(ctx))) if ctx else None
         if k is None:
             k = self.kernel()
+        if ctx and ctx == k._ctx:
+            self._by_current[ctx] = k
         return k[config]
 
     def launch(self, grid: Any, block: Any, *args: Any, **kwargs: Any) -> None:

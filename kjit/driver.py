@@ -38,11 +38,83 @@ def _name_and_text(drv, err) -> tuple[str, str]:
     return name, text
 
 
-def raise_for(err, what: str, hint: str = "") -> None:
-    """Raise the DriverError for a non-success CUresult."""
+def raise_for(err, what: str, hint: str = "", context: Any = None) -> None:
+    """Raise the DriverError for a non-success CUresult (or its int). A sticky error (a
+    fault inside a kernel) marks its context unusable (the current one unless `context` is
+    given): its message says so, and so does every later error in that context."""
     drv = bindings()
+    try:
+        err = drv.CUresult(int(err))   # the C launch call returns a plain int
+    except ValueError:   # a code this version of the bindings does not know
+        pass
     name, text = _name_and_text(drv, err)
-    raise DriverError(int(err), name, call=what, description=text, hint=hint)
+    code = int(err)
+    if name in _STICKY or _broken:
+        key, device = _context_of(context)
+        where = "this CUDA context" if device is None else f"the CUDA context of device {device}"
+        first = _broken.get(key)
+        if first is None and name in _STICKY:
+            if key is not None:
+                _broken[key] = (code, name, text, what)
+            hint = _join(hint, f"This error is sticky: {where} cannot be used any more, and every "
+                               "later CUDA call in it fails (in kjit and in PyTorch or CuPy, which "
+                               f"share it). Start a new process to use {_device_words(device)} again.")
+        elif first is not None:
+            if name != first[1]:   # another code (a puzzle on its own): report the cause
+                hint = _join(hint, f"(this call returned {name})")
+                code, name, text = first[0], first[1], first[2]
+            hint = _join(hint, f"{where} has been unusable since an earlier {first[1]} (reported "
+                               f"by {first[3]}); every CUDA call in it fails. Start a new process "
+                               f"to use {_device_words(device)} again.")
+    elif name.startswith("CUDA_ERROR_STREAM_CAPTURE") or name == "CUDA_ERROR_CAPTURED_EVENT":
+        hint = _join(hint, _CAPTURE_HINT)
+    raise DriverError(code, name, call=what, description=text, hint=hint)
+
+
+# A fault inside a kernel (illegal address, trap, misaligned access...) corrupts its context:
+# the driver fails every later call in it, and only a new process gets the device back.
+_STICKY = frozenset({
+    "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_TIMEOUT", "CUDA_ERROR_ASSERT",
+    "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    "CUDA_ERROR_MISALIGNED_ADDRESS", "CUDA_ERROR_INVALID_ADDRESS_SPACE", "CUDA_ERROR_INVALID_PC",
+    "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_CONTAINED"})
+# (context, epoch) -> (code, name, description, call) of the first sticky error in it
+_broken: dict[tuple[int, int], tuple[int, str, str, str]] = {}
+
+_CAPTURE_HINT = (
+    "A stream capture (CUDA graph) is in progress and this call cannot be part of it: make "
+    "arrays (kjit.zeros/empty/to_device), host copies (kjit.In/Out) and synchronizations "
+    "before or after the capture, launch each kernel once before it (the first launch on a "
+    "device loads its module), and launch on the capturing stream: k[grid, block, stream].")
+
+
+def _join(*parts: str) -> str:
+    return "\n".join(p for p in parts if p)
+
+
+def _device_words(device: int | None) -> str:
+    return f"device {device}" if device is not None else "the device"
+
+
+def _context_of(context: Any) -> tuple[tuple[int, int] | None, int | None]:
+    """((context, epoch), device ordinal) of `context`, or of the current one if None; never
+    raises (it runs while an error is being reported)."""
+    try:
+        drv = bindings()
+        device = None
+        if context is None:
+            err, context = drv.cuCtxGetCurrent()
+            if err or not int(context):
+                return None, None
+            err, dev = drv.cuCtxGetDevice()
+            device = None if err else int(dev)
+        if not int(context):
+            return None, None
+        if device is None:
+            device = next((o for o, c in _primary.items() if int(c) == int(context)), None)
+        return (int(context), context_epoch(context)), device
+    except Exception:   # no driver library: nothing to key on
+        return None, None
 
 
 def init() -> None:
@@ -143,8 +215,15 @@ def context_epoch(ctx: Any) -> int:
     return _epochs.get(int(ctx), 0)
 
 
+# Callbacks run when kjit destroys a context: tables keyed by a context's address alone
+# (the C fast path of @kjit.kernel) drop their entries for it.
+context_destroyed_hooks: list[Callable[[int], None]] = []
+
+
 def context_destroyed(ctx: Any) -> None:
     _epochs[int(ctx)] = _epochs.get(int(ctx), 0) + 1
+    for hook in list(context_destroyed_hooks):
+        hook(int(ctx))
 
 
 def primary_context(ordinal: int) -> Any:
@@ -180,15 +259,17 @@ _warming: dict[int, threading.Thread] = {}
 _warm_retained: dict[int, Any] = {}
 
 
-def _libcuda() -> Any:
+def libcuda_ctypes() -> Any:
+    """libcuda through ctypes (the copy cuda.bindings loaded: dlopen finds it), for calls that
+    must release the GIL or that cuda.bindings gets wrong; OSError without a driver."""
     import ctypes
-    return ctypes.CDLL("libcuda.so.1")   # the copy cuda.bindings loaded: dlopen finds it
+    return ctypes.CDLL("libcuda.so.1")
 
 
 def _retain_in_background(ordinal: int) -> None:
     import ctypes
     try:
-        lib = _libcuda()
+        lib = libcuda_ctypes()
         dev = ctypes.c_int()
         ctx = ctypes.c_void_p()
         if lib.cuDeviceGet(ctypes.byref(dev), ordinal) == 0 and \
@@ -213,7 +294,7 @@ def _drop_helper_reference(ordinal: int) -> None:
     """Release the finished helper's retain (ours was just taken)."""
     dev = _warm_retained.pop(ordinal, None)
     if dev is not None:
-        _libcuda().cuDevicePrimaryCtxRelease_v2(dev)
+        libcuda_ctypes().cuDevicePrimaryCtxRelease_v2(dev)
 
 
 @atexit.register

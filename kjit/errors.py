@@ -23,22 +23,24 @@ class CompileError(KjitError):
     """A compiler (NVRTC or hiprtc) rejected the source.
 
     Carries the full log, the flags used, and excerpts of the source around every line
-    the log points at.
+    the log points at. The compiler renders that text (`report`) when it raises the error
+    (kjit.compiler.diagnostics.compile_error), so this module imports nothing of kjit.
     """
 
     def __init__(self, message: str, *, log: str = "", options: Sequence[str] = (),
-                 source: str = "", name: str = "<source>", compiler: str = "NVRTC"):
+                 source: str = "", name: str = "<source>", compiler: str = "NVRTC",
+                 report: str = ""):
         self.log = log
         self.options = tuple(options)
         self.source = source
         self.name = name
         self.compiler = compiler
         self.message = message
+        self.report = report
         super().__init__(message)
 
     def __str__(self) -> str:
-        from .compiler.diagnostics import render_compile_error
-        return render_compile_error(self)
+        return self.report or self.message
 
 
 class LinkError(KjitError):
@@ -177,6 +179,25 @@ def hip_name(cuda_name: str) -> str | None:
     return name if name in _HIP_NAMES else None
 
 
+# Errors that leave the context unusable: the driver returns them from every later call in the
+# process ("the process must be terminated and relaunched", CUDA driver API docs). What each means:
+_STICKY: Mapping[str, str] = {
+    "CUDA_ERROR_ASSERT": "A device-side assert fired: an assert() in a kernel failed (the driver "
+                         "prints its file, line and condition on the process's output). Compile "
+                         "with NDEBUG defined to leave asserts out",
+    "CUDA_ERROR_ILLEGAL_ADDRESS": "A kernel read or wrote memory it may not (out of bounds, freed, "
+                                  "or another context's)",
+    "CUDA_ERROR_MISALIGNED_ADDRESS": "A kernel accessed memory at an address not aligned for the "
+                                     "access's size",
+    "CUDA_ERROR_ILLEGAL_INSTRUCTION": "A kernel executed an illegal instruction",
+    "CUDA_ERROR_INVALID_ADDRESS_SPACE": "A kernel used an address in the wrong address space",
+    "CUDA_ERROR_INVALID_PC": "A kernel's program counter left its code",
+    "CUDA_ERROR_HARDWARE_STACK_ERROR": "A kernel overflowed its call stack (deep recursion?)",
+    "CUDA_ERROR_LAUNCH_FAILED": "A kernel failed while running",
+    "CUDA_ERROR_LAUNCH_TIMEOUT": "A kernel ran past the display watchdog's limit",
+}
+
+
 class DriverError(KjitError):
     """A CUDA driver (or HIP runtime) call failed."""
 
@@ -201,7 +222,16 @@ class DriverError(KjitError):
             text += f": {self.description}"
         if self.hint:
             text += f"\n{self.hint}"
+        if self.cuda_name in _STICKY:
+            text += (f"\n{_STICKY[self.cuda_name]}. The CUDA context is now unusable: every later "
+                     "CUDA call in this process fails with this error; restart the process.")
         return text
+
+    @property
+    def context_unusable(self) -> bool:
+        """True for the errors after which every CUDA call in the process fails (device asserts,
+        illegal addresses...): the process must be restarted."""
+        return self.cuda_name in _STICKY
 
 
 class CudaUnavailableError(KjitError):

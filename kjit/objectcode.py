@@ -4,64 +4,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .elf import EM_AMDGPU, EM_CUDA, ET_REL, ElfFile, ElfFormatError
+from .formats.elf import ElfFile
+from .formats.sniff import (  # noqa: F401  (re-exported: kjit.objectcode.sniff_kind ...)
+    ARCHIVE_MAGIC, BUNDLE_MAGIC, FATBIN_MAGIC, KINDS, LTOIR_MAGIC, _PTX_ENTRY_RE, arch_from_bytes,
+    ptx_version, sniff_kind)
 from .errors import InvalidOptionError
-
-FATBIN_MAGIC = b"\x50\xed\x55\xba"      # 0xBA55ED50, little-endian
-LTOIR_MAGIC = b"\xed\x43\x4e\x7f"       # 0x7F4E43ED, NVVM LTO-IR
-BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
-ARCHIVE_MAGIC = b"!<arch>\n"
-
-KINDS = ("ptx", "cubin", "ltoir", "fatbin", "hsaco", "hipfb", "object", "library")
-
-_PTX_ENTRY_RE = re.compile(rb"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([A-Za-z_$][\w$]*)", re.M)
-_PTX_TARGET_RE = re.compile(rb"^\s*\.target\s+([\w]+)", re.M)
-_PTX_VERSION_RE = re.compile(rb"^\s*\.version\s+(\d+)\.(\d+)", re.M)
 
 # Sidecar file next to a saved object that keeps what the bytes cannot: name-expression
 # symbols and the arch of a kind that does not record one (used by `kjit build` too).
 SIDECAR_SUFFIX = ".kjit.json"
-
-
-def sniff_kind(code: bytes) -> str:
-    """The kind of a binary from its first bytes; InvalidOptionError if it is none we know."""
-    head = bytes(code[:64])
-    if head.startswith(FATBIN_MAGIC):
-        return "fatbin"
-    if head.startswith(LTOIR_MAGIC):
-        return "ltoir"
-    if head.startswith(BUNDLE_MAGIC):
-        return "hipfb"
-    if head.startswith(ARCHIVE_MAGIC):
-        return "library"
-    if head.startswith(b"\x7fELF"):
-        try:
-            elf = ElfFile(code)
-        except ElfFormatError as exc:
-            raise InvalidOptionError(f"corrupt ELF image: {exc}") from None
-        if elf.machine == EM_CUDA:
-            return "object" if elf.type == ET_REL else "cubin"
-        if elf.machine == EM_AMDGPU:
-            return "hsaco"
-        raise InvalidOptionError(f"ELF image for machine {elf.machine} is neither CUDA nor AMDGPU")
-    if _PTX_VERSION_RE.search(code[:4096]) and _PTX_TARGET_RE.search(code[:4096]):
-        return "ptx"
-    raise InvalidOptionError(
-        "unrecognised binary: not PTX, cubin, fatbin, LTO-IR, an AMD code object, an offload "
-        "bundle or an archive")
-
-
-def ptx_version(code: bytes) -> tuple[int, int] | None:
-    """The `.version` of PTX text, e.g. (9, 5)."""
-    m = _PTX_VERSION_RE.search(code)
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,7 +56,7 @@ class ObjectCode:
             kind = _check_elf_kind(code, kind)
         object.__setattr__(self, "kind", kind)
         if self.arch is None:
-            object.__setattr__(self, "arch", _arch_from_bytes(code, kind))
+            object.__setattr__(self, "arch", arch_from_bytes(code, kind))
         object.__setattr__(self, "symbols", MappingProxyType(dict(self.symbols)))
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
 
@@ -114,7 +71,7 @@ class ObjectCode:
         if self.kind == "hsaco":
             return tuple(ElfFile(self.code).amd_kernels())
         if self.kind in ("fatbin", "hipfb"):
-            from . import containers
+            from .formats import fatbin as containers
             names: list[str] = []
             for entry in containers.entries(self.code, self.kind):
                 try:
@@ -153,18 +110,21 @@ class ObjectCode:
 
     # --- files ------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the bytes; name-expression symbols go to a `<path>.kjit.json` sidecar."""
+        """Write the bytes as a compiler writes its output (kjit.fileio: a regular file is
+        replaced whole, a symlink's target is written, /dev/null or a FIFO is written
+        through and never replaced); name-expression symbols go to a `<path>.kjit.json`
+        sidecar, which a special file cannot have."""
+        from .fileio import write_file
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(self.code)
-        os.replace(tmp, path)
+        if write_file(path, self.code):
+            return path
         side = path.with_name(path.name + SIDECAR_SUFFIX)
         if self.symbols or _needs_arch_sidecar(self):
-            side.write_text(json.dumps({"kind": self.kind, "arch": self.arch, "name": self.name,
-                                        "symbols": dict(self.symbols),
-                                        "sha256": hashlib.sha256(self.code).hexdigest()},
-                                       indent=1, sort_keys=True))
-        elif side.exists():
+            write_file(side, json.dumps({"kind": self.kind, "arch": self.arch, "name": self.name,
+                                         "symbols": dict(self.symbols),
+                                         "sha256": hashlib.sha256(self.code).hexdigest()},
+                                        indent=1, sort_keys=True).encode())
+        elif side.is_symlink() or side.is_file():
             side.unlink()
         return path
 
@@ -183,15 +143,26 @@ class ObjectCode:
         if side.exists():
             try:
                 meta = json.loads(side.read_text())
-            except ValueError:
+            except (OSError, ValueError, RecursionError):
                 meta = {}
             # A sidecar describes the bytes it was written with; one left behind by a file
-            # another tool has since replaced describes nothing.
-            if not isinstance(meta, dict) or (
-                    "sha256" in meta and meta["sha256"] != hashlib.sha256(code).hexdigest()):
+            # another tool has since replaced describes nothing. Nor does one whose fields
+            # are not what save() writes.
+            if not _usable_sidecar(meta, code):
                 meta = {}
         return cls(code, kind=kind or "", arch=meta.get("arch"), symbols=meta.get("symbols", {}),
                    name=meta.get("name") or path.name)
+
+
+def _usable_sidecar(meta: Any, code: bytes) -> bool:
+    if not isinstance(meta, dict):
+        return False
+    if "sha256" in meta and meta["sha256"] != hashlib.sha256(code).hexdigest():
+        return False
+    symbols = meta.get("symbols", {})
+    return (isinstance(meta.get("arch"), (str, type(None))) and isinstance(meta.get("name"), (str, type(None)))
+            and isinstance(symbols, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in symbols.items()))
 
 
 _ELF_KINDS = ("cubin", "object", "hsaco")
@@ -220,21 +191,7 @@ def _needs_arch_sidecar(obj: ObjectCode) -> bool:
     as compute_90, which says the same thing: no sidecar for that."""
     if obj.arch is None:
         return False
-    found = _arch_from_bytes(obj.code, obj.kind)
+    found = arch_from_bytes(obj.code, obj.kind)
     if obj.kind == "ptx" and found is not None:
         return obj.arch.replace("sm_", "compute_", 1) != found
     return obj.arch != found
-
-
-def _arch_from_bytes(code: bytes, kind: str) -> str | None:
-    if kind in ("cubin", "object"):
-        return f"sm_{ElfFile(code).cuda_sm}"
-    if kind == "ptx":
-        m = _PTX_TARGET_RE.search(code)
-        if m:
-            t = m.group(1).decode()
-            return t.replace("sm_", "compute_", 1) if t.startswith("sm_") else t
-    if kind == "hsaco":
-        from .elf import AMDGPU_MACH
-        return AMDGPU_MACH.get(ElfFile(code).amdgpu_mach)
-    return None

@@ -6,6 +6,9 @@ import os
 
 import pytest
 
+# A real redis-server for the shared cache tier's tests (skips, with the reason, without one)
+from redis_server import redis_server, remote_env  # noqa: F401  (fixtures)
+
 SAXPY = r'''
 extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

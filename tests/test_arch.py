@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from kjit import arch as arch_mod
-from kjit.arch import Arch, check_supported, nvrtc_supported, parse, resolve
+from kjit.arch import Arch, parse, resolve
+from kjit.compiler.targets import check_supported, nvrtc_supported
 from kjit.errors import InvalidOptionError
 
 

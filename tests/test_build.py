@@ -6,13 +6,15 @@ import re
 import subprocess
 
 import pytest
+
+from kjit.compiler.targets import nvrtc_supported
 from click.testing import CliRunner
 
 from kjit import arch as arch_mod
 from kjit import driver
-from kjit.cli.build import resolve_archs, resolve_ptx, run_build
+from kjit.build import resolve_archs, resolve_ptx, run_build
 from kjit.cli.main import cli
-from kjit.containers import entries
+from kjit.formats.fatbin import entries
 from kjit.errors import CompileError, InvalidOptionError
 from kjit.objectcode import ObjectCode
 
@@ -94,7 +96,7 @@ def test_same_inputs_give_byte_identical_fatbins(lib, tmp_path):
 @pytest.fixture
 def force_workers(monkeypatch):
     """Make every build with --jobs > 1 use worker processes, however quick its compiles."""
-    import kjit.cli.build as build_mod
+    import kjit.build.workers as build_mod
     monkeypatch.setattr(build_mod, "WORKER_START_S", -1.0)
 
 
@@ -159,8 +161,8 @@ def test_all_is_every_arch_nvrtc_supports(lib, tmp_path):
     r = invoke(*lib_args(lib, out, "--arch", "all"))
     assert r.exit_code == 0, r.output
     cubins = [e.arch for e in entries(out.read_bytes()) if e.kind == "cubin"]
-    assert cubins == [f"sm_{n}" for n in arch_mod.nvrtc_supported()]
-    newest = max(arch_mod.nvrtc_supported())
+    assert cubins == [f"sm_{n}" for n in nvrtc_supported()]
+    newest = max(nvrtc_supported())
     assert [e.arch for e in entries(out.read_bytes()) if e.kind == "ptx"] == [f"compute_{newest}"]
 
 
@@ -177,7 +179,7 @@ def test_an_arch_nvrtc_cannot_target_lists_the_supported_ones(lib, tmp_path, bad
     r = invoke(*lib_args(lib, tmp_path / "x.fatbin", "--arch", f"sm_90,{bad}"))
     assert r.exit_code == 1
     assert bad in r.output and "supports" in r.output
-    for n in arch_mod.nvrtc_supported():
+    for n in nvrtc_supported():
         assert f"sm_{n}" in r.output
     assert not (tmp_path / "x.fatbin").exists()
 

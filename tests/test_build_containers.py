@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from kjit.compiler.api import compile as kjit_compile
-from kjit.containers import (ContainerFormatError, Entry, best_entry, entries, read_fatbin,
+from kjit.formats.fatbin import (ContainerFormatError, Entry, best_entry, entries, read_fatbin,
                              runs_on)
 from kjit.errors import InvalidOptionError, KjitError
-from kjit.fatbin import FatbinInput, build, make_fatbin
+from kjit.build.fatbin import FatbinInput, build, make_fatbin
 from kjit.objectcode import ObjectCode
 
 SRC = r'''
@@ -151,7 +151,7 @@ def test_plain_kinds_are_their_own_single_entry(objs):
 
 
 def test_hipfb_is_read_by_the_hip_bundle_module(monkeypatch):
-    import kjit.hip.bundle as bundle
+    import kjit.formats.bundle as bundle
     seen = []
 
     def fake_read(code):

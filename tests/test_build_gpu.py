@@ -12,10 +12,10 @@ import pytest
 
 import kjit
 from kjit import arch as arch_mod
-from kjit.cli.build import run_build
+from kjit.build import run_build
 from kjit.compiler.options import CompileOptions
-from kjit.containers import best_entry, entries
-from kjit.nvinfo import kernel_resources
+from kjit.formats.fatbin import best_entry, entries
+from kjit.formats.nvinfo import kernel_resources
 from kjit.objectcode import ObjectCode
 
 pytestmark = pytest.mark.gpu
@@ -43,6 +43,9 @@ def run_library(fatbin: Path) -> None:
     dsum = kjit.to_device(np.zeros(blocks, np.float32))
     block_sum[blocks, 256](dx, dsum, np.int32(n))
     np.testing.assert_allclose(dsum.get(), np.add.reduceat(x, np.arange(0, n, 256)), rtol=1e-5)
+    dcub = kjit.to_device(np.zeros(blocks, np.float32))   # CUB, found with no -I
+    module.get_function("block_sum_cub")[blocks, 256](dx, dcub, np.int32(n))
+    np.testing.assert_allclose(dcub.get(), np.add.reduceat(x, np.arange(0, n, 256)), rtol=1e-5)
 
 
 def test_fatbin_for_several_archs_runs_and_matches_numpy(tmp_path):
@@ -122,4 +125,4 @@ def test_the_example_script_builds_and_runs(tmp_path):
     r = subprocess.run([sys.executable, str(LIBRARY / "run.py"), "-o", str(tmp_path / "lib.fatbin")],
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "ok: scale_add and block_sum" in r.stdout
+    assert "ok: scale_add, block_sum and block_sum_cub" in r.stdout

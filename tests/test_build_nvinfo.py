@@ -10,7 +10,7 @@ import pytest
 from kjit.compiler.api import compile as kjit_compile
 from kjit.compiler.options import CompileOptions
 from kjit.errors import InvalidOptionError
-from kjit.nvinfo import kernel_resources, parse_nvinfo
+from kjit.formats.nvinfo import kernel_resources, parse_nvinfo
 
 from test_build_containers import CUOBJDUMP, needs_cuobjdump
 

@@ -81,7 +81,7 @@ def test_clear(filled):
     res = CliRunner().invoke(cli, ["cache", "clear"], input="n\n")
     assert res.exit_code == 1 and len(jrun("ls")) == 2   # declined: nothing removed
     assert run("clear", "--yes").output.strip() == "removed 2 entries"
-    assert jrun("clear") == {"removed": 0}
+    assert jrun("clear") == {"removed": 0, "unreadable_removed": 0, "reset": False}
 
 
 def test_prune(filled):
@@ -96,7 +96,7 @@ def test_prune(filled):
 
 def test_verify(filled):
     r = jrun("verify")
-    assert r == {"checked": 2, "ok": 2, "corrupt": []}
+    assert r == {"checked": 2, "ok": 2, "corrupt": [], "unreadable": 0}
     disk = core.current().disk
     k = disk.keys()[0]
     disk.entries.set(k, disk.get_blob(k)[:-1])
@@ -121,3 +121,16 @@ def test_help_lists_every_command():
     text = run("--help").output
     for cmd in ("path", "ls", "show", "stats", "clear", "prune", "verify", "export", "import"):
         assert cmd in text
+
+
+def test_ls_text_shows_a_first_page(monkeypatch):
+    import kjit.cli.cache as cli_cache
+    from kjit.objectcode import ObjectCode
+    monkeypatch.setattr(cli_cache, "PAGE", 3)
+    for i in range(5):
+        kjit.cache.get_or_create("t", {"i": i}, lambda i=i: ObjectCode(
+            b".version 9.0\n.target sm_90\n.entry k%d()\n{\nret;\n}\n" % i, kind="ptx"))
+    text = run("ls").output
+    assert len(text.splitlines()) == 1 + 3 + 1 and "--limit 0 lists every entry" in text
+    assert len(run("ls", "--limit", "0").output.splitlines()) == 1 + 5
+    assert len(jrun("ls")) == 5 and len(jrun("ls", "--limit", "2")) == 2

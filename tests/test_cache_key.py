@@ -9,7 +9,8 @@ import pytest
 
 import kjit
 import kjit.cache
-from kjit.cache import compiled, key as key_mod
+from kjit.cache import key as key_mod
+from kjit.compiler import api as compiled, identity
 from kjit.cache.store import CacheWarning
 from kjit.compiler import includes
 
@@ -96,7 +97,7 @@ def test_compiler_version_and_schema_change_the_key(monkeypatch):
 
 
 def test_compiler_identity_names_the_wheel():
-    ident = key_mod.compiler_identity("cuda")
+    ident = identity.compiler_identity("cuda")
     assert ident.startswith("nvrtc 13.") and "nvidia-cuda-nvrtc" in ident
 
 

@@ -245,15 +245,18 @@ with warnings.catch_warnings(record=True) as w:
     b = kjit.compile(src, arch="sm_90")
     c = kjit.compile(src + " ", arch="sm_90")
 msgs = [str(x.message) for x in w if x.category.__name__ == "CacheWarning"]
+print(*msgs, file=__import__("sys").stderr)
 print(a.cache_hit, b.cache_hit, c.cache_hit, len(msgs), len(a.code) > 0)
 '''
 
 
-def _run_readonly(cache: Path, tmp_path: Path) -> subprocess.CompletedProcess:
-    """Run READONLY_SCRIPT with `cache` not writable: chmod for a normal user; for root
+def _run_readonly(cache: Path, tmp_path: Path, cache_env: str | None = None,
+                  script: str = READONLY_SCRIPT) -> subprocess.CompletedProcess:
+    """Run `script` with `cache` not writable: chmod for a normal user; for root
     (who ignores permissions) a read-only bind mount in a private mount namespace."""
-    env = dict(os.environ, KJIT_CACHE_DIR=str(cache), PYTHONPATH=str(Path(kjit.__file__).parents[1]))
-    cmd = [sys.executable, "-c", READONLY_SCRIPT]
+    env = dict(os.environ, KJIT_CACHE_DIR=cache_env or str(cache),
+               PYTHONPATH=str(Path(kjit.__file__).parents[1]))
+    cmd = [sys.executable, "-c", script]
     if os.geteuid() == 0:
         import shlex
         import shutil
@@ -292,8 +295,37 @@ def test_read_only_populated_cache_dir(tmp_path, monkeypatch):
     if "unshare failed" in out.stderr or "mount:" in out.stderr:
         pytest.skip(f"cannot make a read-only mount here: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr
-    hit, again, other, warned, ok = out.stdout.split()
-    assert (again, other, warned, ok) == ("True", "False", "1", "True")
+    # served from the read-only cache; the new result kept in memory, with one warning
+    assert out.stdout.split() == ["True", "True", "False", "1", "True"], out.stderr
+    assert "read-only" in out.stderr and "kept in memory" in out.stderr
+
+
+OVERLAY_SCRIPT = r'''
+import warnings, kjit
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    src = 'extern "C" __global__ void k(float* y){ y[0] = 1; }'
+    a = kjit.compile(src, arch="sm_90")
+    c = kjit.compile(src + " ", arch="sm_90")
+    print(a.cache_hit, c.cache_hit, len([x for x in w if x.category.__name__ == "CacheWarning"]))
+'''
+
+
+def test_read_only_cache_with_a_writable_overlay(tmp_path, monkeypatch):
+    """KJIT_CACHE_DIR=baked:overlay: hits from the read-only one, new results in the other."""
+    ro, overlay = tmp_path / "ro", tmp_path / "overlay"
+    src = 'extern "C" __global__ void k(float* y){ y[0] = 1; }'
+    monkeypatch.setenv("KJIT_CACHE_DIR", str(ro))
+    kjit.compile(src, arch="sm_90")
+    core.current().disk.close()
+    out = _run_readonly(ro, tmp_path, cache_env=f"{ro}{os.pathsep}{overlay}", script=OVERLAY_SCRIPT)
+    if "unshare failed" in out.stderr or "mount:" in out.stderr:
+        pytest.skip(f"cannot make a read-only mount here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "0"], out.stderr
+    monkeypatch.setenv("KJIT_CACHE_DIR", str(overlay))
+    assert kjit.compile(src + " ", arch="sm_90").cache_hit is True   # kept in the overlay
+    assert len(cache.ls()) == 1
 
 
 # --- eviction --------------------------------------------------------------------------------------
@@ -430,7 +462,7 @@ def test_verify_finds_and_drops_corrupt_entries():
     disk().entries.set(k, disk().get_blob(k)[:-1])
     r = cache.verify()
     assert r["checked"] == 2 and r["ok"] == 1 and r["corrupt"][0]["key"] == k
-    assert cache.verify() == {"checked": 1, "ok": 1, "corrupt": []}
+    assert cache.verify() == {"checked": 1, "ok": 1, "corrupt": [], "unreadable": 0}
 
 
 def test_export_import_round_trip(tmp_path, monkeypatch, saxpy_src):
@@ -472,3 +504,28 @@ def test_cache_dir_default_and_env(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     if sys.platform.startswith("linux"):
         assert cache.cache_dir() == tmp_path / "xdg" / "kjit"
+
+
+READONLY_OPS_SCRIPT = r'''
+import kjit, kjit.cache as c
+s = c.stats()
+rows = c.ls()
+try:
+    c.clear()
+    cleared = "cleared"
+except kjit.KjitError as exc:
+    cleared = "refused" if "read-only" in str(exc) else str(exc)
+print(s["entries"], s["read_only"], len(rows), c.verify()["ok"], cleared)
+'''
+
+
+def test_cache_commands_on_a_read_only_cache(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    monkeypatch.setenv("KJIT_CACHE_DIR", str(ro))
+    kjit.compile('extern "C" __global__ void k(float* y){ y[0] = 1; }', arch="sm_90")
+    core.current().disk.close()
+    out = _run_readonly(ro, tmp_path, script=READONLY_OPS_SCRIPT)
+    if "unshare failed" in out.stderr or "mount:" in out.stderr:
+        pytest.skip(f"cannot make a read-only mount here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "True", "1", "1", "refused"], out.stderr

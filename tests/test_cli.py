@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from kjit.compiler.targets import nvrtc_supported
 from click.testing import CliRunner
 
 from kjit import arch as arch_mod
 from kjit.cli.main import cli
-from kjit.elf import ElfFile
+from kjit.formats.elf import ElfFile
 
 from conftest import SAXPY, TEMPLATE
 
@@ -168,7 +170,7 @@ def test_info_json_schema():
     assert info["cuda_bindings"] == version("cuda-bindings")
     assert info["nvrtc"] == "%d.%d" % nvrtc.version()
     assert info["nvjitlink"] and info["nvjitlink"].split(".")[0].isdigit()
-    assert info["nvrtc_archs"] == [f"sm_{n}" for n in arch_mod.nvrtc_supported()]
+    assert info["nvrtc_archs"] == [f"sm_{n}" for n in nvrtc_supported()]
     assert "sm_90" in info["nvrtc_archs"]
     assert isinstance(info["devices"], list)
 

@@ -7,10 +7,12 @@ import struct
 
 import pytest
 
+from kjit.compiler.targets import nvrtc_supported
+
 import kjit
 from kjit import arch as arch_mod
 from kjit.compiler import nvrtc
-from kjit.elf import EM_CUDA, ET_EXEC, ET_REL, ElfFile
+from kjit.formats.elf import EM_CUDA, ET_EXEC, ET_REL, ElfFile
 from kjit.errors import CompileError, InvalidOptionError
 
 from conftest import SAXPY, TEMPLATE
@@ -287,7 +289,7 @@ def no_compiling(monkeypatch):
 
 
 def unsupported_sm() -> str:
-    return next(f"sm_{n}" for n in (50, 52, 60, 61, 70, 72) if n not in arch_mod.nvrtc_supported())
+    return next(f"sm_{n}" for n in (50, 52, 60, 61, 70, 72) if n not in nvrtc_supported())
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -313,7 +315,7 @@ def test_arch_nvrtc_does_not_support_lists_the_supported_ones(no_compiling):
         kjit.compile(SAXPY, arch=unsupported_sm())
     msg = str(info.value)
     assert "not supported by the installed NVRTC" in msg
-    assert ", ".join(f"sm_{n}" for n in arch_mod.nvrtc_supported()) in msg
+    assert ", ".join(f"sm_{n}" for n in nvrtc_supported()) in msg
 
 
 @pytest.mark.parametrize("source", [None, 42, ["x"]])

@@ -7,6 +7,7 @@ import types
 import pytest
 
 import kjit
+from kjit.compiler.diagnostics import compile_error
 from kjit import driver
 from kjit.errors import (HIP_ERROR_NAMES, ArgumentError, CompileError, CudaUnavailableError,
                          DriverError, InvalidOptionError, KernelNotFoundError, KjitError,
@@ -234,7 +235,7 @@ def test_excerpt_ignores_other_files_and_reads_clang_style_logs():
            "kernel.cuh(1): error: a header\n"
            "kernel.cu:3:5: error: clang style, hiprtc's log\n"
            "/tmp/comgr-1a2b/input/kernel.cu:4:1: warning: hiprtc compiles a copy in a temp dir\n")
-    err = CompileError("hiprtc could not compile kernel.cu", log=log, source="a\nb\nc\nd\n",
+    err = compile_error("hiprtc could not compile kernel.cu", log=log, source="a\nb\nc\nd\n",
                        name="kernel.cu", compiler="hiprtc")
     text = str(err)
     assert "hiprtc log:" in text

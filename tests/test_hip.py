@@ -11,7 +11,7 @@ import kjit
 from kjit.compiler import hiprtc
 from kjit.compiler.api import compile as kjit_compile
 from kjit.compiler.options import CompileOptions
-from kjit.elf import AMDGPU_MACH, EM_AMDGPU, ElfFile
+from kjit.formats.elf import AMDGPU_MACH, EM_AMDGPU, ElfFile
 from kjit.errors import CompileError, InvalidOptionError, KjitError
 from kjit.hip import loader
 

@@ -9,7 +9,7 @@ import kjit
 from kjit.compiler import hiprtc
 from kjit.compiler.options import CompileOptions
 from kjit.errors import InvalidOptionError
-from kjit.hip import bundle
+from kjit.formats import bundle
 from kjit.objectcode import sniff_kind
 
 pytestmark = [
@@ -77,7 +77,7 @@ def test_bundle_as_object_code_lists_its_kernels_and_entries(objects):
     obj = kjit.ObjectCode(bundle.write_bundle(list(objects.items())))
     assert obj.kind == "hipfb"
     assert set(obj.entry_points) == {"saxpy", "scale"}
-    from kjit import containers
+    from kjit.formats import fatbin as containers
     listed = [(e.kind, e.arch) for e in containers.entries(obj.code, "hipfb")]
     assert ("hsaco", "gfx908") in listed and ("hsaco", "gfx1030") in listed
 

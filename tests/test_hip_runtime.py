@@ -138,7 +138,8 @@ def test_cuda_code_is_refused_before_any_hip_call(saxpy_src):
     cubin = kjit.compile(saxpy_src, arch="sm_90")
     with pytest.raises(ArgumentError, match="not cubin; compile with backend='hip'"):
         hip.HipModule(cubin)
-    assert not hip._initialized  # refused before hipInit
+    from kjit.hip.runtime import calls
+    assert not calls._initialized  # refused before hipInit
 
 
 # --- launch configuration ----------------------------------------------------------------
@@ -214,7 +215,8 @@ def test_launch_arguments_match_the_hipModuleLaunchKernel_signature(monkeypatch)
         calls.append((name, args, ctypes.string_at(extra[1], 28),
                       ctypes.c_size_t.from_address(extra[3]).value))
 
-    monkeypatch.setattr(hip, "call", record)
+    from kjit.hip.runtime import module as hip_module
+    monkeypatch.setattr(hip_module, "call", record)
     fn = hip.HipFunction(module=None, name="saxpy", handle=0x5000)
     packed = struct.pack("<f4xQQi", 2.0, 0x1000, 0x2000, 77)
     fn.launch(packed, grid=(4, 2), block=256, shared_mem=512, stream=0x77)

@@ -61,7 +61,7 @@ def test_import_loads_no_driver_bindings_numpy_or_libcuda():
 def test_public_names_load_lazily_without_the_driver():
     result = probe("compile,CompileOptions,ObjectCode,CompileError")
     touched = set(result["touched"])
-    assert "kjit.compiler.api" in touched and "kjit.objectcode" in touched
+    assert "kjit.compiler.options" in touched and "kjit.objectcode" in touched
     assert "cuda.bindings.driver" not in touched
     assert not result["libcuda"]
 
@@ -121,3 +121,24 @@ def test_dtype_table_agrees_with_numpy():
     rec = np.dtype([("a", "<f4"), ("b", "<i8")])
     assert dtypes.resolve(rec) == (rec.str, rec.itemsize, rec)
     assert dtypes.resolve(np.float32)[:2] == ("<f4", 4)
+
+
+DISK_HIT = r'''
+import sys
+import kjit
+obj = kjit.compile('extern "C" __global__ void k(float* o) { o[0] = 1.0f; }', arch="sm_90")
+print(obj.cache_hit, sorted(m for m in ("diskcache", "pickle", "numpy") if m in sys.modules))
+'''
+
+
+def test_a_disk_hit_imports_neither_diskcache_nor_pickle(tmp_path):
+    """A fresh process whose compile hits the disk cache reads the entry with plain SQLite:
+    diskcache (and the pickle it brings) load only when this process writes."""
+    env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path))
+    seen = []
+    for _ in range(2):   # a miss (writes through diskcache), then a fresh process's disk hit
+        proc = subprocess.run([sys.executable, "-c", DISK_HIT], capture_output=True, text=True,
+                              cwd=REPO, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr
+        seen.append(proc.stdout.strip())
+    assert seen == ["False ['diskcache', 'pickle']", "True []"]

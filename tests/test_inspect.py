@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from kjit.cli.main import cli
 from kjit.compiler.api import compile as kjit_compile
-from kjit.fatbin import make_fatbin
+from kjit.build.fatbin import make_fatbin
 
 SRC = r'''
 extern "C" __global__ void __launch_bounds__(256) reduce(const float* x, float* out) {
@@ -143,7 +143,7 @@ def _hiprtc_available() -> bool:
 
 @pytest.mark.skipif(not _hiprtc_available(), reason="hiprtc (libamdhip64) is not installed")
 def test_hipfb(tmp_path):
-    from kjit.hip.bundle import write_bundle
+    from kjit.formats.bundle import write_bundle
     from kjit.objectcode import ObjectCode
     src = 'extern "C" __global__ void fill(int* p, int v) { p[threadIdx.x] = v; }\n'
     objs = [kjit_compile(src, arch=a, backend="hip", cache=False) for a in ("gfx908", "gfx90a")]

@@ -1,5 +1,9 @@
 """The compiled launch call (kjit/runtime/_launch.c) and its fallback to cuda.bindings."""
+import ctypes
+
 import pytest
+
+from kjit.errors import ArgumentError
 
 from kjit import driver
 from kjit.runtime.kernel import c_launch
@@ -51,7 +55,7 @@ def _launcher(fallback, nargs=1):
     from kjit.runtime.memory import DeviceArray
     spec = b"".join(struct.pack("<ii", 5, 4 * i) for i in range(nargs))   # int32 parameters
     return _launch.launcher(fallback, lambda err: None, spec, (None,) * nargs, DeviceArray, [None],
-                            "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0)
+                            "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, 0)
 
 
 def test_launcher_hands_what_it_cannot_launch_to_the_python_launcher():
@@ -151,3 +155,113 @@ def test_kernels_with_structs_keep_the_python_launcher():
     sig = parse_signatures('extern "C" __global__ void k(float4 v, int n) {}')["k"]
     pk = Packer("k", layout([p.ctype for p in sig.params], [p.name for p in sig.params], None), 0)
     assert pk.c_spec() is None
+
+
+# --- k[config] and f[config] in C (KernelBase / KernelFunctionBase) ------------------------
+def _base(name):
+    from kjit.runtime.libcuda import c_function
+    base = c_function(name)
+    if base is None:
+        pytest.skip("the C extension (kjit/runtime/_launch.c) is not built")
+    return base
+
+
+def test_kernel_base_serves_configured_launchers_and_configures_a_miss_once():
+    class K(_base("KernelBase")):
+        def __init__(self):
+            self._configs, self.configured = {}, []
+
+        def _configure(self, config):
+            self.configured.append(config)
+            launcher = ("launcher", config)
+            try:
+                self._configs[config] = launcher
+            except TypeError:
+                pass
+            return launcher
+
+    k = K()
+    assert k[1, 32] == ("launcher", (1, 32))
+    assert k[1, 32] is k[1, 32]
+    assert k[[2, 1], 32] == ("launcher", ([2, 1], 32))   # a list: no key, configured each time
+    k[[2, 1], 32]
+    assert k.configured == [(1, 32), ([2, 1], 32), ([2, 1], 32)]
+
+
+def test_kernel_base_errors_come_from_configure():
+    class K(_base("KernelBase")):
+        def __init__(self):
+            self._configs = {}
+
+        def _configure(self, config):
+            raise ArgumentError(f"bad config {config!r}")
+
+    with pytest.raises(ArgumentError, match="bad config 7"):
+        K()[7]
+
+
+def test_kernel_function_base_without_a_current_context_takes_the_python_path():
+    class F(_base("KernelFunctionBase")):
+        def __init__(self):
+            self._by_current = {0: "never used: no context is current"}
+
+        def _getitem_slow(self, config):
+            return ("slow", config)
+
+    assert F()[1, 32] == ("slow", (1, 32))
+
+
+def test_kernel_bases_are_collected_in_cycles():
+    import gc
+    import weakref
+
+    class K(_base("KernelBase")):
+        def _configure(self, config):
+            return None
+
+    k = K()
+    k._configs = {"self": k}   # a launcher refers back to its kernel
+    ref = weakref.ref(k)
+    del k
+    gc.collect()
+    assert ref() is None
+
+
+def test_the_c_packer_reads_a_learned_foreign_array_type_and_declines_the_rest():
+    """The packer's own logic for framework arrays, with a stand-in class that answers like a
+    torch.Tensor (data_ptr, is_contiguous, get_device, requires_grad, dtype)."""
+    import struct
+
+    from kjit.runtime.libcuda import c_function
+    pack, register = c_function("pack"), c_function("register_foreign")
+    if pack is None or register is None:
+        pytest.skip("the C extension (kjit/runtime/_launch.c) is not built")
+
+    class Tensorish:
+        def __init__(self, ptr, dtype="f32-dtype", contiguous=True, device=0, grad=False):
+            self.ptr, self.dtype, self.contiguous, self.device = ptr, dtype, contiguous, device
+            self.requires_grad = grad
+
+        def data_ptr(self):
+            return self.ptr
+
+        def is_contiguous(self):
+            return self.contiguous
+
+        def get_device(self):
+            return self.device
+
+    register(Tensorish, 1, "f32-dtype", "<f4")
+    spec = struct.pack("<ii", 20, 0)              # one typed pointer at offset 0
+    tokens = (("<f4", 0),)
+    buf = bytearray(8)
+    addr = (ctypes.c_char * 8).from_buffer(buf)
+    where = ctypes.addressof(addr)
+    class KjitArray:   # stands for kjit.DeviceArray, which takes the other branch
+        pass
+
+    assert pack(spec, tokens, (Tensorish(0x7000),), where, KjitArray) == 0
+    assert struct.unpack("<Q", bytes(buf))[0] == 0x7000
+    for bad in (Tensorish(1, dtype="f64-dtype"), Tensorish(1, contiguous=False),
+                Tensorish(1, device=1), Tensorish(1, grad=True), object()):
+        assert pack(spec, tokens, (bad,), where, KjitArray) == 1   # the Python path decides

@@ -10,12 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 import kjit
-from kjit.elf import ElfFile
+from kjit.formats.elf import ElfFile
 from kjit.errors import CudaUnavailableError, InvalidOptionError, LinkError
 from kjit.linker import LinkOptions, LinkResult, devrt, link
 from kjit.linker.choice import (choose_backend, cuda_version_for_ptx, max_ptx_for_driver,
                                 ptx_too_new)
-from kjit.linker.nvjitlink import ptx_to_cubin
+from kjit.linker import ptx_to_cubin
 
 ARCH = "sm_90"
 RDC = kjit.CompileOptions(relocatable=True)

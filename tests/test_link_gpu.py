@@ -15,7 +15,7 @@ from kjit import driver
 from kjit.errors import DriverError, LinkError
 from kjit.linker import LinkOptions, devrt, link
 from kjit.linker.choice import cuda_version_for_ptx, max_ptx_for_driver, ptx_too_new
-from kjit.linker.nvjitlink import ptx_to_cubin
+from kjit.linker import ptx_to_cubin
 from kjit.linker import nvjitlink
 
 pytestmark = pytest.mark.gpu

@@ -8,7 +8,7 @@ import struct
 import pytest
 
 import kjit
-from kjit.elf import EM_AMDGPU, ElfFile
+from kjit.formats.elf import EM_AMDGPU, ElfFile
 from kjit.errors import InvalidOptionError, KjitError
 from kjit.objectcode import SIDECAR_SUFFIX, ObjectCode, sniff_kind
 
@@ -221,7 +221,7 @@ def test_entry_points_of_kinds_without_a_symbol_table(ltoir):
 
 
 def test_entry_points_of_a_fatbin(cubin):
-    pytest.importorskip("kjit.containers")
+    pytest.importorskip("kjit.formats.fatbin")
     assert ObjectCode(fatbin_of(cubin)).entry_points == ("saxpy",)
 
 

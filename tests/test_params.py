@@ -202,3 +202,14 @@ def test_huge_int_for_a_float_parameter_is_an_argument_error():
         pk.convert_all((2**200, 1.0), [])
     with pytest.raises(ArgumentError, match="overflows"):
         pk.convert_all((1.0, 70000), [])
+
+
+@pytest.mark.parametrize("value, why", [
+    ({"a": 1.0}, r"missing \['b'\]"), ((1.0,), "expected 2 fields"), ({"a": 1.0, "b": 2.5}, "is an integer"),
+    ("x", "got str"), ({"a": 1.0, "b": 2**40}, "does not fit"), ({"a": "x", "b": 1}, "could not convert"),
+])
+def test_struct_argument_errors_name_the_parameter_once(value, why):
+    pk = packer_for('struct S { float a; int b; };\nextern "C" __global__ void k(S s) {}', "k")
+    with pytest.raises(ArgumentError, match=why) as err:
+        pk.convert_all((value,), [])
+    assert str(err.value).count("parameter 0 's' (struct S)") == 1, str(err.value)

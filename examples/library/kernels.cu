@@ -1,6 +1,7 @@
 // A small kernel library: built ahead of time into one fatbin by `kjit build`
 // (see run.py), then loaded and launched with kjit.load(...).get_function(...).
 #include "library.cuh"
+#include <cub/block/block_reduce.cuh>  // CCCL, from the nvidia-cuda-cccl wheel: no -I needed
 
 // y[i] = a * x[i] + b
 extern "C" __global__ void scale_add(const float* __restrict__ x, float* __restrict__ y,
@@ -21,4 +22,14 @@ extern "C" __global__ void __launch_bounds__(TILE) block_sum(const float* __rest
         __syncthreads();
     }
     if (threadIdx.x == 0) out[blockIdx.x] = tile[0];
+}
+
+// The same sum with CUB's BlockReduce (warp shuffles, then one shared-memory step).
+extern "C" __global__ void __launch_bounds__(TILE) block_sum_cub(const float* __restrict__ x,
+                                                                 float* __restrict__ out, int n) {
+    using BlockReduce = cub::BlockReduce<float, TILE>;
+    __shared__ typename BlockReduce::TempStorage tmp;
+    int i = blockIdx.x * TILE + threadIdx.x;
+    float sum = BlockReduce(tmp).Sum(i < n ? x[i] : 0.0f);
+    if (threadIdx.x == 0) out[blockIdx.x] = sum;
 }

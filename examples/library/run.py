@@ -38,6 +38,7 @@ def run(fatbin: Path, n: int = 100_000) -> None:
     module = kjit.load(fatbin)
     scale_add = module.get_function("scale_add")
     block_sum = module.get_function("block_sum")
+    block_sum_cub = module.get_function("block_sum_cub")
 
     rng = np.random.default_rng(0)
     x = rng.random(n, dtype=np.float32)
@@ -53,7 +54,10 @@ def run(fatbin: Path, n: int = 100_000) -> None:
     sums = dsum.get()
     expected = np.add.reduceat(x, np.arange(0, n, TILE))
     assert np.allclose(sums, expected, rtol=1e-5), "block_sum gave wrong results"
-    print(f"ok: scale_add and block_sum on {n} elements match numpy "
+    dcub = kjit.to_device(np.zeros(blocks, dtype=np.float32))
+    block_sum_cub[blocks, TILE](dx, dcub, np.int32(n))
+    assert np.allclose(dcub.get(), expected, rtol=1e-5), "block_sum_cub gave wrong results"
+    print(f"ok: scale_add, block_sum and block_sum_cub on {n} elements match numpy "
           f"(total {sums.sum():.3f} vs {x.sum():.3f})")
 
 

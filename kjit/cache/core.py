@@ -1,19 +1,22 @@
-"""get_or_create: memory layer, then the checked disk entry, then create under a per-key lock."""
+"""get_or_create: memory layer, then the checked disk entry, then (under a per-key lock) the
+shared tier if one is configured (kjit.cache.remote, kjit.cache.shared), then create."""
 from __future__ import annotations
 
 import atexit
 import hashlib
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from . import events
-from .entry import CorruptEntry
+from .entry import CorruptEntry, encode
 from .key import key_hash, sha256
 from .memory import MemoryLayer
-from .store import ENV_DIR, CacheWarning, DiskStore, Unavailable, cache_dir
+from .layers import open_store
+from .store import ENV_DIR, CacheWarning, DiskStore, Unavailable, cache_dir, cache_dirs
 from ..objectcode import ObjectCode
 
 ENV_ENABLE = "KJIT_CACHE"
@@ -24,16 +27,17 @@ FLUSH_INTERVAL_S = 30.0
 class Cache:
     """One cache directory as this process sees it: memory layer + disk store."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.disk: DiskStore | None = DiskStore(path)
+    def __init__(self, path: Path, dirs: list[Path] | None = None):
+        # DiskStore, or layers.Layered when a listed directory is read-only
+        self.disk: DiskStore | None = open_store(dirs or [path])
+        self.path = self.disk.path  # where new results go
         self.memory = MemoryLayer()
         self.pending_hits: dict[str, int] = {}  # hits not yet counted on disk
         # Hits reach the usage database at exit, before `kjit cache` reads it, and at most
         # every FLUSH_INTERVAL_S: a write on every disk hit would sit between a fresh
         # process and its first launch.
         self.next_flush = time.monotonic() + FLUSH_INTERVAL_S
-        self.session = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "corrupt": 0}
+        self.session = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "corrupt": 0, "remote_hits": 0}
         self._warned: set[str] = set()
 
     def warn_once(self, what: str, message: str) -> None:
@@ -53,6 +57,9 @@ class Cache:
 
     def flush_hits(self) -> None:
         self.next_flush = time.monotonic() + FLUSH_INTERVAL_S
+        used = sys.modules.get(f"{__package__}.shared")   # loaded only by a local miss
+        if self.disk is not None and used is not None:
+            used.flush_counts(self.disk)  # the shared tier's counts, if it was used
         if self.pending_hits and self.disk is not None:
             counts, self.pending_hits = self.pending_hits, {}
             try:
@@ -69,7 +76,7 @@ def current() -> Cache:
     env = os.environ.get(ENV_DIR, "")
     c = _caches.get(env)
     if c is None:
-        c = _caches[env] = Cache(cache_dir())
+        c = _caches[env] = Cache(cache_dir(), cache_dirs())
     return c
 
 
@@ -142,10 +149,54 @@ def lookup_hashed(k: str, namespace: str, create: Callable[[], ObjectCode], *, l
                 found = _read(c, disk, k, namespace, label)
                 if found is not None:  # another process created it while we waited
                     return _hit(c, k, found, namespace, label, t0, waited)
+                # the shared tier only now: a disk hit never loads its client library
+                tier = _tier()  # None unless KJIT_REMOTE_CACHE is set
+                if tier is not None:
+                    return _shared(c, disk, tier, k, namespace, create, label, meta, t0, waited)
                 return _create(c, disk, k, namespace, create, label, meta, t0, waited)
         except Unavailable as exc:
             c.unusable(exc, namespace, k, label)
+    tier = _tier()
+    if tier is not None:
+        return _shared(c, None, tier, k, namespace, create, label, meta, t0, 0.0)
     return _create(c, None, k, namespace, create, label, meta, t0, 0.0)
+
+
+def _tier() -> Any:
+    """The shared tier, if configured; its modules (and urllib, the client) load on a miss."""
+    from . import shared
+    return shared.active()
+
+
+def _shared(c: Cache, disk: DiskStore | None, tier: Any, k: str, namespace: str,
+            create: Callable[[], ObjectCode], label: str, meta: Any, t0: float,
+            waited: float) -> ObjectCode:
+    """A local miss with a shared tier: its value (kept on the local disk too), else create
+    under its lease and publish to both."""
+    claim = tier.claim(k, label or namespace)
+    if claim.obj is None:
+        try:
+            return _create(c, disk, k, namespace, create, label, meta, t0, waited + claim.waited,
+                           tier=tier)
+        except Exception:
+            if claim.lease is not None:  # the others stop waiting for us
+                tier.abandon(k)
+            raise
+        finally:
+            if claim.lease is not None:
+                claim.lease.release()
+    obj = claim.obj
+    if disk is not None:
+        try:
+            disk.put(k, obj, claim.meta)
+        except Unavailable as exc:
+            c.unusable(exc, namespace, k, label)
+    c.memory.put(k, obj)
+    c.session["remote_hits"] += 1
+    if events.active():
+        events.emit(events.CacheEvent(events.REMOTE_HIT, namespace, k, label, time.perf_counter() - t0,
+                                      wait_s=waited + claim.waited, size=len(obj.code)))
+    return obj
 
 
 def _read(c: Cache, disk: DiskStore, k: str, namespace: str, label: str) -> ObjectCode | None:
@@ -178,7 +229,7 @@ def _hit(c: Cache, k: str, obj: ObjectCode, namespace: str, label: str, t0: floa
 
 def _create(c: Cache, disk: DiskStore | None, k: str, namespace: str,
             create: Callable[[], ObjectCode], label: str, meta: Any, t0: float,
-            waited: float) -> ObjectCode:
+            waited: float, tier: Any = None) -> ObjectCode:
     t1 = time.perf_counter()
     obj = create()
     create_s = time.perf_counter() - t1
@@ -187,9 +238,13 @@ def _create(c: Cache, disk: DiskStore | None, k: str, namespace: str,
     c.session["misses"] += 1
     stored = obj.with_(cache_hit=True)
     c.memory.put(k, stored)
+    if tier is not None or disk is not None:
+        entry_meta = _entry_meta(obj, namespace, label, meta, create_s)
+    if tier is not None:  # the same bytes to both tiers: the cluster first, it is waiting
+        tier.publish(k, encode(k, stored, entry_meta))
     if disk is not None:
         try:
-            disk.put(k, stored, _entry_meta(obj, namespace, label, meta, create_s))
+            disk.put(k, stored, entry_meta)
             disk.record_miss()
         except Unavailable as exc:
             c.unusable(exc, namespace, k, label)

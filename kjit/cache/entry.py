@@ -16,6 +16,7 @@ from ..objectcode import KINDS, ObjectCode
 
 MAGIC = b"KJITENT1"
 _PREFIX = struct.Struct("<8sIQ32s")
+PREFIX_SIZE = _PREFIX.size
 
 
 class CorruptEntry(Exception):
@@ -30,6 +31,11 @@ def encode(key: str, obj: ObjectCode, meta: dict[str, Any]) -> bytes:
     }, sort_keys=True, separators=(",", ":"), default=str).encode()
     digest = hashlib.sha256(header + obj.code).digest()
     return _PREFIX.pack(MAGIC, len(header), len(obj.code), digest) + header + obj.code
+
+
+def code_length(blob: bytes) -> int:
+    """The code length an encoded entry declares (checked by decode_header, not here)."""
+    return _PREFIX.unpack_from(blob)[2]
 
 
 def decode_header(blob: bytes, key: str | None = None) -> tuple[dict[str, Any], bytes]:
@@ -49,22 +55,51 @@ def decode_header(blob: bytes, key: str | None = None) -> tuple[dict[str, Any], 
         raise CorruptEntry("checksum mismatch")
     try:
         header = json.loads(bytes(body[:hlen]))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # deep nesting: RecursionError
         raise CorruptEntry(f"header is not JSON: {exc}") from None
     if not isinstance(header, dict) or header.get("kind") not in KINDS:
         raise CorruptEntry("header lacks a valid kind")
+    _check_types(header)
     if key is not None and header.get("key") != key:
         raise CorruptEntry(f"entry belongs to key {str(header.get('key'))[:16]}…, not {key[:16]}…")
     return header, bytes(body[hlen:])
+
+
+# A checksum is no signature: a crafted entry can pass it, so every field's type is checked
+# before anything reads it.
+_FIELD_TYPES = {"key": (str,), "arch": (str, type(None)), "name": (str,), "log": (str,),
+                "symbols": (dict,), "metadata": (dict,), "meta": (dict,)}
+
+
+def _check_types(header: dict[str, Any]) -> None:
+    header.setdefault("symbols", {})
+    header.setdefault("metadata", {})
+    header.setdefault("meta", {})
+    header.setdefault("log", "")
+    header.setdefault("name", "<source>")
+    for name, types in _FIELD_TYPES.items():
+        if name in header and not isinstance(header[name], types):
+            raise CorruptEntry(f"header field {name!r} is {type(header[name]).__name__}")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in header["symbols"].items()):
+        raise CorruptEntry("header symbols are not names")
+
+
+def declared_lengths(head: bytes) -> tuple[int, int]:
+    """(header bytes, code bytes) that an entry's first PREFIX_SIZE bytes declare, checking
+    only the magic: for listings that read a header without fetching the code."""
+    if len(head) < _PREFIX.size or head[:len(MAGIC)] != MAGIC:
+        raise CorruptEntry("not a kjit cache entry")
+    _, hlen, clen, _ = _PREFIX.unpack_from(head)
+    return hlen, clen
 
 
 def decode(blob: bytes, key: str | None = None) -> tuple[ObjectCode, dict[str, Any]]:
     """(ObjectCode with cache_hit=True, entry metadata) from checked bytes."""
     header, code = decode_header(blob, key)
     try:
-        obj = ObjectCode(code, kind=header["kind"], arch=header.get("arch"), log=header.get("log", ""),
-                         symbols=header.get("symbols") or {}, name=header.get("name", "<source>"),
-                         metadata=header.get("metadata") or {}, cache_hit=True)
+        obj = ObjectCode(code, kind=header["kind"], arch=header.get("arch"), log=header["log"],
+                         symbols=header["symbols"], name=header["name"],
+                         metadata=header["metadata"], cache_hit=True)
     except Exception as exc:  # checksummed but unusable: treat as corrupt, never crash
         raise CorruptEntry(f"entry does not make an ObjectCode: {exc}") from None
-    return obj, header.get("meta") or {}
+    return obj, header["meta"]

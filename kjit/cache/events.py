@@ -6,6 +6,8 @@ from typing import Callable, NamedTuple
 # event names
 MEMORY_HIT = "memory_hit"   # served from this process's memory layer
 DISK_HIT = "disk_hit"       # read and checked from disk (wait_s > 0: another process created it)
+REMOTE_HIT = "remote_hit"   # read and checked from the shared tier, then kept on disk (wait_s:
+                            # waiting for the local lock and for another node's compile)
 MISS = "miss"               # created (compiled/linked) and stored
 BYPASS = "bypass"           # caching off (cache=False, KJIT_CACHE=0): created, not stored
 CORRUPT = "corrupt"         # a stored entry failed its checks and was dropped

@@ -1,7 +1,6 @@
 """Cache keys: a sha256 over a canonical JSON description of everything that can change a result."""
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -51,36 +50,3 @@ def env_fingerprint(backend: str) -> dict[str, str]:
     """The environment variables that can change `backend`'s output and are set."""
     env = os.environ
     return {name: env[name] for name in KEY_ENV_VARS.get(backend, ()) if name in env}
-
-
-def _wheel_version(dist: str) -> str | None:
-    """The installed version of a wheel, read from its .dist-info directory name (importing
-    importlib.metadata costs ~20 ms, a tenth of a fresh process's disk hit)."""
-    import glob
-    import sys
-    pattern = dist.replace("-", "_") + "-*.dist-info"
-    for entry in sys.path:
-        if entry and os.path.isdir(entry):
-            for found in sorted(glob.glob(os.path.join(entry, pattern))):
-                return os.path.basename(found)[len(pattern) - len("*.dist-info"):-len(".dist-info")]
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def compiler_identity(backend: str) -> str:
-    """The compiler as precisely as we can name it: API version plus the wheel's full version,
-    so a patch release (same major.minor, different code) misses too."""
-    if backend == "hip":
-        from ..compiler import hiprtc
-        return "hiprtc " + hiprtc.version_string()  # hip + comgr versions: comgr is the compiler
-    if backend == "nvjitlink":
-        from cuda.bindings import nvjitlink
-        text, dist = "nvjitlink " + ".".join(map(str, nvjitlink.version())), "nvidia-nvjitlink"
-    else:
-        from ..compiler import nvrtc
-        text, dist = "nvrtc " + ".".join(map(str, nvrtc.version())), "nvidia-cuda-nvrtc"
-    for name in (dist, dist + "-cu13", dist + "-cu12"):
-        version = _wheel_version(name)
-        if version:
-            return f"{text} ({name} {version})"
-    return text

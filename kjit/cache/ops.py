@@ -1,20 +1,21 @@
 """What `kjit cache` does, as functions: list, show, stats, clear, prune, verify, export, import."""
 from __future__ import annotations
 
-import json
 import re
+import sqlite3
 import time
-import zipfile
 from pathlib import Path
 from typing import Any
 
+import diskcache
+
 from . import entry as entry_mod
+from . import listing, trust
 from .core import current
-from .store import DiskStore, Unavailable, parse_size
+from .layers import open_store
+from .store import Unavailable, cache_dirs, parse_size
 from ..errors import InvalidOptionError, KjitError
 
-EXPORT_FORMAT = "kjit-cache-export/1"
-_KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 SORT_FIELDS = ("created", "last_used", "size", "hits", "name", "arch", "kind")
 
 
@@ -23,16 +24,34 @@ def path() -> Path:
     return current().path
 
 
-def _disk() -> DiskStore:
-    c = current()
-    if c.disk is None:
-        raise KjitError(f"the kjit cache at {c.path} is unavailable in this process")
+def _store(c: Any = None) -> Any:
+    """The store `kjit cache` acts on: the writable directory, else the read-only one."""
+    c = c or current()
+    # A store this process gave up on is opened afresh: its error says why.
+    store = c.disk if c.disk is not None else open_store(cache_dirs())
+    return store.managed() if hasattr(store, "managed") else store
+
+
+def _open(store: Any) -> Any:
     try:
-        c.disk.entries, c.disk.usage   # open both now: a failure is this error, not a traceback
+        store.tables()   # open both databases now: a failure is this error, not a traceback
     except Unavailable as exc:
-        raise KjitError(f"the kjit cache at {c.path} cannot be opened: {exc}") from None
+        raise KjitError(f"the kjit cache at {store.path} cannot be opened: {exc}") from None
+    return store
+
+
+def _disk() -> Any:
+    c = current()
+    store = _open(_store(c))
     c.flush_hits()
-    return c.disk
+    return store
+
+
+def _writable(store: Any, what: str) -> Any:
+    if store.read_only:
+        raise KjitError(f"the kjit cache at {store.path} is read-only: `kjit cache {what}` cannot "
+                        "change it")
+    return store
 
 
 def ls(*, kernel: str | None = None, arch: str | None = None, sort: str = "last_used",
@@ -41,27 +60,9 @@ def ls(*, kernel: str | None = None, arch: str | None = None, sort: str = "last_
     `arch` exactly. Sorted by `sort` (newest / largest / most-hit first unless reverse)."""
     if sort not in SORT_FIELDS:
         raise InvalidOptionError(f"sort={sort!r} is not one of {', '.join(SORT_FIELDS)}")
-    disk = _disk()
-    rows = []
-    for k in disk.keys():
-        m = disk.meta(k)
-        if m is None:
-            continue
-        if arch and m.get("arch") != arch:
-            continue
-        if kernel:
-            names = list(m.get("kernels") or []) + list((m.get("symbols") or {}).keys()) + \
-                list((m.get("symbols") or {}).values()) + [m.get("label") or ""]
-            if not any(kernel in n for n in names):
-                continue
-        m.pop("source", None)
-        rows.append(m)
-    descending = sort in ("created", "last_used", "size", "hits")
-    rows.sort(key=lambda r: (r.get(sort) or 0) if descending else str(r.get(sort) or ""),
-              reverse=descending)
-    if reverse:
-        rows.reverse()
-    return rows[:limit] if limit else rows
+    if limit is not None and limit < 0:
+        raise InvalidOptionError(f"limit={limit} must be 0 (no limit) or more")
+    return listing.rows(_disk(), kernel=kernel, arch=arch, sort=sort, reverse=reverse, limit=limit)
 
 
 def resolve_key(prefix: str) -> str:
@@ -82,43 +83,78 @@ def show(key: str) -> dict[str, Any]:
     """Everything about one entry: metadata, options, log, symbols, and the source if saved."""
     disk = _disk()
     k = resolve_key(key)
-    blob = disk.get_blob(k)
-    if blob is None:
-        raise InvalidOptionError(f"cache entry {k} disappeared (evicted or cleared)")
     try:
+        blob = disk.get_blob(k)
+        if blob is None:
+            raise InvalidOptionError(f"cache entry {k} disappeared (evicted or cleared)")
         header, code = entry_mod.decode_header(blob, k)
     except entry_mod.CorruptEntry as exc:
+        if disk.read_only:
+            raise KjitError(f"cache entry {k} is corrupt ({exc}); the cache is read-only") from None
         disk.delete(k)
         raise KjitError(f"cache entry {k} is corrupt ({exc}); it has been dropped") from None
     info = disk.meta(k) or {}
     info.update({"key": k, "log": header.get("log", ""), "symbols": header.get("symbols", {}),
                  "metadata": header.get("metadata", {}), "size": len(code),
-                 "source": (header.get("meta") or {}).get("source")})
+                 "source": header["meta"].get("source")})
     return info
 
 
 def stats() -> dict[str, Any]:
-    """entries, bytes, hits, misses, hit rate, the size limit and this process's counts."""
+    """entries, bytes, hits, misses, hit rate, the size limit, rows kjit cannot read, and
+    this process's counts."""
     c = current()
     disk = _disk()
     keys = disk.keys()
-    total = 0
-    for k in keys:
-        m = disk.meta(k)
-        total += int((m or {}).get("size") or 0)
     hits, misses = disk.totals()
-    return {"path": str(c.path), "entries": len(keys), "bytes": total, "disk_bytes": disk.volume(),
-            "size_limit": disk.size_limit, "hits": hits, "misses": misses,
-            "hit_rate": round(hits / (hits + misses), 4) if hits + misses else None,
-            "session": dict(c.session)}
+    sizes, found = listing.code_sizes(disk, keys)
+    if found and not disk.read_only:  # entries an older kjit wrote gain their "size:" rows
+        disk.record_sizes(found)
+    return {"path": str(c.path), "entries": len(keys), "bytes": sum(sizes.values()),
+            "disk_bytes": disk.volume(), "size_limit": disk.size_limit, "hits": hits,
+            "misses": misses, "hit_rate": round(hits / (hits + misses), 4) if hits + misses else None,
+            "unreadable": disk.foreign_rows(), "read_only": disk.read_only,
+            "session": dict(c.session), "remote": _remote_counts(disk)}
+
+
+def _remote_counts(disk: Any) -> dict[str, Any]:
+    """The shared tier's counts as this cache directory saw them (kjit.cache.shared)."""
+    from .remote import RemoteConfig
+    from .shared import saved_counts
+    config = RemoteConfig.from_env()
+    return dict(saved_counts(disk), url=config.display_url if config else None)
 
 
 def clear() -> int:
     """Remove every entry (and this process's memory layer); returns how many."""
+    return clear_report()["removed"] or 0
+
+
+def clear_report() -> dict[str, Any]:
+    """clear(), saying what it did. Works on a damaged cache too: when the databases cannot
+    be opened or cleared, kjit's files in the directory are deleted instead (links inside
+    it are removed, never followed); "reset" is then True."""
     c = current()
     c.memory.clear()
     c.pending_hits.clear()
-    return _disk().clear()
+    store = _writable(_store(c), "clear")
+    if store.path.is_dir():
+        try:
+            trust.check_owner(store.path)
+        except OSError as exc:  # someone else's directory: not ours to empty
+            raise KjitError(f"the kjit cache at {store.path} cannot be cleared: {exc.strerror or exc}") from None
+    try:
+        _open(store)
+        n, foreign = store.clear()
+        return {"removed": n, "unreadable_removed": foreign, "reset": False}
+    except (KjitError, OSError, sqlite3.Error, entry_mod.CorruptEntry, diskcache.Timeout) as exc:
+        store.close()
+        try:
+            trust.remove_cache_files(store.path)
+        except OSError as err:
+            raise KjitError(f"the kjit cache at {store.path} is damaged ({exc}) and could not be "
+                            f"removed: {err}") from None
+        return {"removed": None, "unreadable_removed": None, "reset": True, "reason": str(exc)}
 
 
 _DUR = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -139,41 +175,42 @@ def prune(*, max_size: str | int | None = None, older_than: str | float | None =
     cache's disk bytes (as KJIT_CACHE_SIZE counts them) fit in `max_size`."""
     if max_size is None and older_than is None:
         raise InvalidOptionError("prune needs --max-size and/or --older-than")
-    disk = _disk()
-    c = current()
-    removed: list[str] = []
-    rows = [m for m in (disk.meta(k) for k in disk.keys()) if m is not None]
-    if older_than is not None:
-        cutoff = time.time() - parse_age(older_than)
-        for m in rows:
-            if (m.get("last_used") or 0) < cutoff:
-                removed.append(m["key"])
-    freed = 0
-    sizes = {m["key"]: int(m.get("size") or 0) for m in rows}
-    for k in removed:
-        disk.delete(k)
-        c.memory.discard(k)
-        freed += sizes.get(k, 0)
+    limit = None
     if max_size is not None:
         try:
             limit = parse_size(max_size)
         except ValueError as exc:
             raise InvalidOptionError(str(exc)) from None
-        for k in disk.evict_lru(limit):
-            removed.append(k)
-            c.memory.discard(k)
-            freed += sizes.get(k, 0)
+    cutoff = None if older_than is None else time.time() - parse_age(older_than)
+    c = current()
+    disk = _writable(_disk(), "prune")
+    entries, usage = disk.tables()
+    keys = entries.keys()
+    sizes = listing.code_sizes(disk, keys)[0]
+    removed: list[str] = []
+    if cutoff is not None:
+        used = usage.numbers("used:")
+        # an entry never used since it was made has no "used:" row: its creation time counts
+        created = usage.json_numbers("meta:", "created") if len(used) < len(keys) else {}
+        removed = [k for k in keys if (used.get(k) or created.get(k) or 0) < cutoff]
+        disk.delete_many(removed)
+    if limit is not None:
+        removed += disk.evict_lru(limit)
+    for k in removed:
+        c.memory.discard(k)
     disk.forget_orphans()
-    return {"removed": len(removed), "bytes_freed": freed, "keys": removed,
-            "entries_left": len(rows) - len(removed), "disk_bytes": disk.volume()}
+    return {"removed": len(removed), "bytes_freed": int(sum(sizes.get(k, 0) for k in removed)),
+            "keys": removed, "entries_left": len(keys) - len(removed), "disk_bytes": disk.volume()}
 
 
 def verify() -> dict[str, Any]:
-    """Check every entry's checksum and structure; drop the corrupt ones."""
-    disk = _disk()
+    """Check every entry's checksum and structure; drop the corrupt ones and the rows kjit
+    cannot read (pickled keys or values written by another program)."""
     c = current()
+    disk = _disk()
+    entries, _ = disk.tables()
     ok, bad = 0, []
-    for k in disk.keys():
+    for k in entries.keys():
         try:
             blob = disk.get_blob(k)
             if blob is None:
@@ -182,68 +219,25 @@ def verify() -> dict[str, Any]:
             ok += 1
         except (entry_mod.CorruptEntry, OSError) as exc:
             bad.append({"key": k, "error": str(exc)})
-            disk.delete(k)
-            c.memory.discard(k)
-    disk.forget_orphans()
-    return {"checked": ok + len(bad), "ok": ok, "corrupt": bad}
+    foreign = disk.foreign_rows()
+    if not disk.read_only:
+        disk.delete_many([b["key"] for b in bad])
+        foreign = disk.drop_foreign_rows()
+        disk.forget_orphans()
+    for b in bad:
+        c.memory.discard(b["key"])
+    return {"checked": ok + len(bad), "ok": ok, "corrupt": bad, "unreadable": foreign}
 
 
 def export(file: str | Path, *, keys: list[str] | None = None) -> dict[str, Any]:
     """Write entries (all, or `keys`) to one zip file for another machine's `import_`."""
-    disk = _disk()
-    file = Path(file)
-    chosen = [resolve_key(k) for k in keys] if keys else disk.keys()
-    n, skipped = 0, []
-    tmp = file.with_name(file.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
-        for k in chosen:
-            blob = disk.get_blob(k)
-            try:
-                entry_mod.decode_header(blob, k)  # never export a corrupt entry
-            except entry_mod.CorruptEntry as exc:
-                skipped.append({"key": k, "error": str(exc)})
-                continue
-            z.writestr(f"entries/{k}", blob)
-            n += 1
-        from .key import SCHEMA_VERSION
-        z.writestr("manifest.json", json.dumps({"format": EXPORT_FORMAT, "schema": SCHEMA_VERSION,
-                                                "entries": n, "created": time.time()}))
-    tmp.replace(file)
-    return {"file": str(file), "exported": n, "skipped": skipped, "bytes": file.stat().st_size}
+    from . import archive
+    store = _disk()
+    chosen = [resolve_key(k) for k in keys] if keys else store.keys()
+    return archive.export(store, file, chosen)
 
 
 def import_(file: str | Path, *, overwrite: bool = False) -> dict[str, Any]:
     """Add the entries of an `export` file, verifying each checksum; corrupt ones are skipped."""
-    disk = _disk()
-    file = Path(file)
-    try:
-        z = zipfile.ZipFile(file)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise InvalidOptionError(f"{file} is not a kjit cache export: {exc}") from None
-    imported, present, rejected = 0, 0, []
-    with z:
-        try:
-            manifest = json.loads(z.read("manifest.json"))
-        except (KeyError, ValueError):
-            raise InvalidOptionError(f"{file} is not a kjit cache export (no manifest.json)") from None
-        if manifest.get("format") != EXPORT_FORMAT:
-            raise InvalidOptionError(f"{file}: unknown export format {manifest.get('format')!r}")
-        for info in z.infolist():
-            if info.filename == "manifest.json":
-                continue
-            name = info.filename.removeprefix("entries/")
-            if not _KEY_RE.match(name):
-                rejected.append({"key": info.filename, "error": "not a cache key"})
-                continue
-            if not overwrite and disk.contains(name):
-                present += 1
-                continue
-            try:
-                blob = z.read(info)
-                disk.put_blob(name, blob)
-                imported += 1
-            except (entry_mod.CorruptEntry, zipfile.BadZipFile, OSError) as exc:
-                rejected.append({"key": name, "error": str(exc)})
-            except Unavailable as exc:
-                raise KjitError(f"cannot write to the kjit cache: {exc}") from None
-    return {"file": str(file), "imported": imported, "already_present": present, "rejected": rejected}
+    from . import archive
+    return archive.import_(_writable(_disk(), "import"), file, overwrite=overwrite)

@@ -3,8 +3,11 @@
 Layout under cache_dir():
   entries/  diskcache.Cache key -> entry bytes (kjit.cache.entry), LRU-evicted at the size limit
   usage/    diskcache.Cache "meta:K" -> JSON text, "hits:K" -> int, "used:K" -> float,
+            "size:K" -> int (code bytes; absent for entries an older kjit wrote),
             "stat:hits" / "stat:misses" -> int (kept apart so listing never touches LRU order)
   locks/    one lock file per key being created (flock: released when a process dies)
+  headers/  manifests: which key a source's headers gave, by their stat data
+            (kjit.compiler.manifest; removed with the entries)
 """
 from __future__ import annotations
 
@@ -13,18 +16,22 @@ import json
 import os
 import re
 import sqlite3
-import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
-
-import diskcache
+from typing import TYPE_CHECKING, Any, Iterator
 
 from . import entry as entry_mod
+from . import trust
+from .index import Table, delete_rows
+from ..locations import ENV_CACHE_DIR as ENV_DIR, cache_dir, cache_dirs  # noqa: F401  (re-exported)
 from ..objectcode import ObjectCode
 
-ENV_DIR = "KJIT_CACHE_DIR"
+if TYPE_CHECKING:
+    import diskcache
+
 ENV_SIZE = "KJIT_CACHE_SIZE"
+USAGE_PREFIXES = ("meta:", "hits:", "used:", "size:")  # one usage row of each per entry
 DEFAULT_SIZE = 1 << 30
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
@@ -34,19 +41,6 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 
 
 class CacheWarning(UserWarning):
     """The cache could not be used as asked (read-only or full disk, corrupt entry); kjit went on."""
-
-
-def cache_dir() -> Path:
-    """$KJIT_CACHE_DIR, else the per-user cache directory (XDG on Linux)."""
-    env = os.environ.get(ENV_DIR)
-    if env:
-        return Path(env).expanduser()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-        return base / "kjit" / "Cache"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "kjit"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kjit"
 
 
 def parse_size(text: str | int) -> int:
@@ -70,88 +64,160 @@ def size_limit() -> int:
         raise InvalidOptionError(f"{ENV_SIZE}: {exc}") from None
 
 
-class SafeDisk(diskcache.Disk):
-    """diskcache's Disk that refuses to pickle or unpickle: a poisoned database row can
-    cost a recompile, never run code."""
-
-    def put(self, key):
-        if type(key) is not str:
-            raise TypeError("kjit cache keys are strings")
-        return super().put(key)
-
-    def get(self, key, raw):
-        if not raw:
-            raise entry_mod.CorruptEntry("pickled key in the cache database")
-        return super().get(key, raw)
-
-    def store(self, value, read, key=diskcache.core.UNKNOWN):
-        if type(value) not in (bytes, str, int, float):
-            raise TypeError("kjit cache values are bytes, str or numbers")
-        return super().store(value, read, key)
-
-    def fetch(self, mode, filename, value, read):
-        if mode == diskcache.core.MODE_PICKLE:
-            raise entry_mod.CorruptEntry("pickled value in the cache database")
-        return super().fetch(mode, filename, value, read)
+def _busy() -> type[Exception]:
+    """diskcache's Timeout (a database busy past its timeout), for best-effort writes; asked
+    only once diskcache is in use, so a disk hit never imports it."""
+    from diskcache import Timeout
+    return Timeout
 
 
 class Unavailable(Exception):
     """The directory cannot hold a cache (read-only, not a directory, full)."""
 
 
-class DiskStore:
+class StoreReads:
+    """What every store answers the same way, given tables() (entries, usage): reads for
+    `kjit cache` that skip rows kjit cannot read instead of failing on them."""
+
+    read_only = False
+
+    def tables(self) -> tuple[Table, Table]:
+        raise NotImplementedError
+
+    def get_blob(self, key: str) -> bytes | None:
+        """The stored bytes (unchecked); CorruptEntry for a value kjit did not write."""
+        value = self.tables()[0].get(key)
+        if value is not None and not isinstance(value, bytes):
+            raise entry_mod.CorruptEntry(f"value is {type(value).__name__}, not bytes")
+        return value
+
+    def keys(self) -> list[str]:
+        """Every entry's key; rows kjit cannot read are left out (see foreign_rows)."""
+        return self.tables()[0].keys()
+
+    def contains(self, key: str) -> bool:
+        return self.tables()[0].contains(key)
+
+    def meta(self, key: str) -> dict[str, Any] | None:
+        """Entry metadata plus usage (hits, last_used), without touching LRU order."""
+        usage = self.tables()[1]
+        meta: dict[str, Any] | None = None
+        with contextlib.suppress(entry_mod.CorruptEntry, ValueError, TypeError, RecursionError):
+            meta = json.loads(usage.get("meta:" + key))
+        if not isinstance(meta, dict):  # imported by an older kjit, or the usage db was lost
+            try:
+                blob = self.get_blob(key)
+                if blob is None:
+                    return None
+                header, _ = entry_mod.decode_header(blob, key)
+            except entry_mod.CorruptEntry:
+                return None
+            meta = header.get("meta") if isinstance(header.get("meta"), dict) else {}
+        hits, used = usage.get_number("hits:" + key), usage.get_number("used:" + key)
+        meta["key"] = key
+        meta["hits"] = int(hits or 0)
+        meta["last_used"] = used or meta.get("created")
+        return meta
+
+    def foreign_rows(self) -> int:
+        """How many rows of either database kjit cannot read (pickled keys or values)."""
+        entries, usage = self.tables()
+        return entries.count_foreign() + usage.count_foreign()
+
+    def totals(self) -> tuple[int, int]:
+        usage = self.tables()[1]
+        return int(usage.get_number("stat:hits") or 0), int(usage.get_number("stat:misses") or 0)
+
+    @property
+    def size_limit(self) -> int:
+        return size_limit()
+
+
+class DiskStore(StoreReads):
     """One cache directory. Opened lazily; every public method may raise Unavailable."""
 
     def __init__(self, path: Path):
         self.path = path
-        self._entries: diskcache.Cache | None = None
-        self._usage: diskcache.Cache | None = None
+        self._entries: "diskcache.Cache | None" = None
+        self._usage: "diskcache.Cache | None" = None
+        self._reads = threading.local()   # this thread's plain SQLite reader of entries
 
     # --- opening ----------------------------------------------------------------------
-    def _open(self, name: str, size: int) -> diskcache.Cache:
+    def _open(self, name: str, size: int) -> "diskcache.Cache":
         """One of the two databases; each opens on first use (a disk hit needs only entries)."""
         try:
             if not self.path.is_dir():
                 self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
                 os.chmod(self.path, 0o700)  # mkdir's mode is masked by the umask
+            trust.check_directory(self.path)
+            import diskcache
+
+            from .safedisk import SafeDisk
             # Eviction is ours (evict_lru): diskcache's culls ten entries at a time and its
             # access times miss the hits served from memory.
             return diskcache.Cache(str(self.path / name), size_limit=size, disk=SafeDisk,
                                    eviction_policy="none", statistics=False, timeout=60)
         except (OSError, sqlite3.Error) as exc:
-            raise Unavailable(f"{self.path}: {exc}") from exc
+            raise Unavailable(f"{self.path}: {exc.strerror if isinstance(exc, trust.Untrusted) else exc}") from exc
 
     @property
-    def entries(self) -> diskcache.Cache:
+    def entries(self) -> "diskcache.Cache":
         if self._entries is None:
             self._entries = self._open("entries", size_limit())
         return self._entries
 
     @property
-    def usage(self) -> diskcache.Cache:
+    def usage(self) -> "diskcache.Cache":
         if self._usage is None:
             self._usage = self._open("usage", 1 << 62)
         return self._usage
+
+    def tables(self) -> tuple[Table, Table]:
+        """SQL views of (entries, usage), for reading thousands of rows at once."""
+        return Table.of(self.entries), Table.of(self.usage)
 
     def close(self) -> None:
         for c in (self._entries, self._usage):
             if c is not None:
                 c.close()
         self._entries = self._usage = None
+        self._reads = threading.local()   # readers of a database that may be replaced next
 
     # --- entries ------------------------------------------------------------------------
     def get(self, key: str) -> tuple[ObjectCode, dict[str, Any]] | None:
         """The checked entry for key, None if absent; CorruptEntry if it fails a check
         (the caller drops it)."""
         try:
-            blob = self.entries.get(key)
+            try:
+                reader = self._reader()
+                blob = reader.get(key) if reader is not None else None
+            except sqlite3.OperationalError:
+                # Another process is creating the database (no table yet) or holds it busy:
+                # diskcache's connection sets it up and waits, as on a write.
+                blob = Table.of(self.entries).get(key)
         except entry_mod.CorruptEntry:
             raise
         except (OSError, sqlite3.Error) as exc:
             raise Unavailable(str(exc)) from exc
         if blob is None:
             return None
+        if not isinstance(blob, bytes):
+            raise entry_mod.CorruptEntry(f"value is {type(blob).__name__}, not bytes")
         return entry_mod.decode(blob, key)
+
+    def _reader(self) -> Table | None:
+        """The entries table for a lookup. Until this process writes, a plain SQLite
+        connection reads it: a disk hit imports neither diskcache nor pickle (a tenth of a
+        fresh process's own time). None while the database does not exist yet (a miss)."""
+        if self._entries is not None:
+            return Table.of(self._entries)
+        table = getattr(self._reads, "table", None)
+        if table is None:
+            if not (self.path / "entries" / "cache.db").is_file():
+                return None   # nothing written yet: a miss, and no directory to check
+            trust.check_directory(self.path)
+            table = self._reads.table = Table.open(self.path / "entries")
+        return table
 
     def put(self, key: str, obj: ObjectCode, meta: dict[str, Any]) -> None:
         self._store(key, entry_mod.encode(key, obj, meta), meta)
@@ -159,55 +225,37 @@ class DiskStore:
     def put_blob(self, key: str, blob: bytes) -> dict[str, Any]:
         """Store already-encoded bytes after checking them (import)."""
         header, _ = entry_mod.decode_header(blob, key)
-        meta = header.get("meta") or {}
+        meta = header.get("meta")
+        meta = meta if isinstance(meta, dict) else {}
         self._store(key, blob, meta)
         return meta
 
     def _store(self, key: str, blob: bytes, meta: dict[str, Any]) -> None:
         try:
             self.entries.set(key, blob)
-            self.usage.set("meta:" + key, json.dumps(meta, sort_keys=True, default=str))
-            self.usage.set("used:" + key, time.time())
+            with self.usage.transact():  # one commit for the three usage rows
+                self.usage.set("meta:" + key, json.dumps(meta, sort_keys=True, default=str))
+                self.usage.set("used:" + key, time.time())
+                self.usage.set("size:" + key, entry_mod.code_length(blob))  # for stats, no JSON
             self.evict_lru(self.size_limit, keep=key)
         except (OSError, sqlite3.Error) as exc:
             raise Unavailable(str(exc)) from exc
 
-    def get_blob(self, key: str) -> bytes | None:
-        return self.entries.get(key)
-
     def delete(self, key: str) -> None:
-        with contextlib.suppress(OSError, sqlite3.Error):
-            self.entries.delete(key)
-        for prefix in ("meta:", "hits:", "used:"):
-            with contextlib.suppress(OSError, sqlite3.Error):
-                self.usage.delete(prefix + key)
+        self.delete_many([key])
 
-    def keys(self) -> list[str]:
-        return [k for k in self.entries.iterkeys() if isinstance(k, str)]
+    def delete_many(self, keys: list[str]) -> None:
+        """Drop entries and their usage rows, in one transaction per database."""
+        with contextlib.suppress(OSError, sqlite3.Error, _busy()):
+            delete_rows(self.entries, keys=keys)
+        with contextlib.suppress(OSError, sqlite3.Error, _busy()):
+            delete_rows(self.usage, keys=[p + k for k in keys for p in USAGE_PREFIXES])
 
-    def contains(self, key: str) -> bool:
-        return key in self.entries
-
-    def meta(self, key: str) -> dict[str, Any] | None:
-        """Entry metadata plus usage (hits, last_used), without touching LRU order."""
-        text = self.usage.get("meta:" + key)
-        meta: dict[str, Any] | None = None
-        if isinstance(text, str):
-            with contextlib.suppress(ValueError):
-                meta = json.loads(text)
-        if meta is None:  # imported by an older kjit, or the usage db was lost: read the entry
-            blob = self.entries.get(key)
-            if blob is None:
-                return None
-            try:
-                header, _ = entry_mod.decode_header(blob, key)
-            except entry_mod.CorruptEntry:
-                return None
-            meta = header.get("meta") or {}
-        meta["key"] = key
-        meta["hits"] = int(self.usage.get("hits:" + key, 0) or 0)
-        meta["last_used"] = self.usage.get("used:" + key) or meta.get("created")
-        return meta
+    def drop_foreign_rows(self) -> int:
+        """Delete the rows kjit cannot read; returns how many."""
+        entries, usage = self.tables()
+        return delete_rows(self.entries, entries.foreign_rowids()) + \
+            delete_rows(self.usage, usage.foreign_rowids())
 
     # --- usage counters -------------------------------------------------------------------
     def record_hits(self, counts: dict[str, int]) -> None:
@@ -218,50 +266,79 @@ class DiskStore:
                 self.usage.set("used:" + key, now)
             self.usage.incr("stat:hits", sum(counts.values()))
 
-    def record_miss(self) -> None:
-        self.usage.incr("stat:misses")
+    def record_sizes(self, sizes: dict[str, int]) -> None:
+        """Write "size:K" rows (best effort: they only make `stats` fast)."""
+        with contextlib.suppress(OSError, sqlite3.Error, _busy()):
+            with self.usage.transact():
+                for key, n in sizes.items():
+                    self.usage.set("size:" + key, int(n))
 
-    def totals(self) -> tuple[int, int]:
-        return int(self.usage.get("stat:hits", 0) or 0), int(self.usage.get("stat:misses", 0) or 0)
+    def record_miss(self) -> None:
+        with contextlib.suppress(entry_mod.CorruptEntry):  # a foreign counter row: best effort
+            self.usage.incr("stat:misses")
 
     def forget_orphans(self) -> None:
         """Drop usage rows whose entry was evicted."""
         live = set(self.keys())
-        for k in list(self.usage.iterkeys()):
-            if isinstance(k, str) and ":" in k and not k.startswith("stat:"):
-                if k.split(":", 1)[1] not in live:
-                    self.usage.delete(k)
+        rows = [(rowid, filename) for rowid, key, filename in self.usage._sql(
+            "SELECT rowid, key, filename FROM Cache WHERE raw = 1 AND typeof(key) = 'text' "
+            "AND instr(key, ':') > 0 AND key NOT LIKE 'stat:%'")
+            if key.split(":", 1)[1] not in live]
+        delete_rows(self.usage, rows)
 
     # --- maintenance ------------------------------------------------------------------------
-    def clear(self) -> int:
-        n = len(self.keys())
+    def clear(self) -> tuple[int, int]:
+        """Remove everything; returns (entries removed, foreign rows removed)."""
+        n, foreign = len(self.keys()), self.foreign_rows()
         self.entries.clear()
         self.usage.clear()
-        for f in (self.path / "locks").glob("*.lock") if (self.path / "locks").is_dir() else ():
-            with contextlib.suppress(OSError):
-                f.unlink()
-        return n
+        locks = self.path / "locks"
+        if locks.is_dir() and not locks.is_symlink():
+            for f in locks.glob("*.lock"):
+                with contextlib.suppress(OSError):
+                    f.unlink()  # unlink never follows a link
+        headers = self.path / "headers"  # manifests (kjit.compiler.manifest)
+        if headers.is_dir() and not headers.is_symlink():
+            for sub in headers.iterdir():
+                if sub.is_symlink() or not sub.is_dir():
+                    continue  # never follow a link out of the cache directory
+                for f in sub.glob("*.json"):
+                    with contextlib.suppress(OSError):
+                        f.unlink()
+        return n, foreign
 
     def volume(self) -> int:
         """Bytes on disk: the SQLite file plus the value files."""
         return int(self.entries.volume())
 
-    @property
-    def size_limit(self) -> int:
-        return size_limit()
-
     def evict_lru(self, limit: int, keep: str | None = None) -> list[str]:
         """Delete least-recently-used entries until volume() <= limit; `keep` (the entry just
-        written) goes last. Cheap when under the limit: one SQL query."""
+        written) goes last. Cheap when under the limit: one SQL query. Above it, entries go
+        in batches whose stored bytes cover the excess, one transaction per batch."""
         if self.volume() <= limit:
             return []
-        order = sorted(self.keys(), key=lambda k: (k == keep, self.usage.get("used:" + k) or 0.0))
-        removed = []
-        for k in order:
-            if self.volume() <= limit:
+        entries, usage = self.tables()
+        used = usage.numbers("used:")
+        sizes = entries.stored_sizes()
+        order = sorted(sizes, key=lambda k: (k == keep, used.get(k, 0.0)))
+        removed: list[str] = []
+        remaining = sum(v or 0 for v in sizes.values())
+        pos = 0
+        while pos < len(order):
+            volume = self.volume()
+            if volume <= limit:
                 break
-            self.delete(k)
-            removed.append(k)
+            # An entry takes more than its bytes on disk (row and page overhead): scale by
+            # what the whole cache takes per stored byte.
+            scale = volume / max(remaining, 1)
+            batch, freed = [], 0.0
+            while pos < len(order) and (freed < volume - limit or not batch):
+                batch.append(order[pos])
+                freed += (sizes[order[pos]] or 0) * scale
+                remaining -= sizes[order[pos]] or 0
+                pos += 1
+            self.delete_many(batch)
+            removed += batch
         return removed
 
     # --- cross-process lock per key ------------------------------------------------------------
@@ -277,7 +354,7 @@ class DiskStore:
             return
         try:
             (self.path / "locks").mkdir(mode=0o700, exist_ok=True)
-            fd = os.open(self.path / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            fd = trust.open_lock(self.path / "locks", f"{key}.lock")
         except OSError:
             yield 0.0
             return
@@ -286,3 +363,4 @@ class DiskStore:
             yield time.perf_counter() - t0
         finally:
             os.close(fd)  # closing releases the flock
+

@@ -1,27 +1,15 @@
 """`kjit cache`: see into and manage the compile/link cache."""
 from __future__ import annotations
 
-import datetime as dt
-
 import click
 
+from . import cache_remote
 from .common import emit, fail, json_option
+from .common import human_size as _size, timestamp as _when
 from ..errors import KjitError
 
 
-def _when(ts) -> str:
-    if not ts:
-        return "-"
-    return dt.datetime.fromtimestamp(float(ts)).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _size(n) -> str:
-    n = float(n or 0)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+PAGE = 50  # what `kjit cache ls` shows without --limit
 
 
 def _api():
@@ -47,14 +35,22 @@ def path_cmd(as_json: bool) -> None:
 @click.option("--sort", "-s", default="last_used", show_default=True,
               type=click.Choice(["created", "last_used", "size", "hits", "name", "arch", "kind"]))
 @click.option("--reverse", "-r", is_flag=True, help="Reverse the order.")
-@click.option("--limit", "-n", type=int, help="Show at most this many.")
+@click.option("--limit", "-n", type=click.IntRange(min=0),
+              help=f"Show at most this many; 0 for all (default: all with --json, else {PAGE}).")
+@click.option("--remote", is_flag=True, help="List the remote (shared) cache instead.")
 @json_option
-def ls_cmd(kernel, arch, sort, reverse, limit, as_json: bool) -> None:
+def ls_cmd(kernel, arch, sort, reverse, limit, remote: bool, as_json: bool) -> None:
     """List entries: key, kind, arch, size, hits, last use, kernels."""
-    try:
-        rows = _api().ls(kernel=kernel, arch=arch, sort=sort, reverse=reverse, limit=limit)
+    if remote:
+        return cache_remote.ls(limit, as_json)
+    page = limit if limit is not None else (0 if as_json else PAGE)
+    try:  # one more than the page tells whether there are more
+        rows = _api().ls(kernel=kernel, arch=arch, sort=sort, reverse=reverse,
+                         limit=page + 1 if page else None)
     except KjitError as exc:
         raise fail(exc)
+    more = bool(page) and len(rows) > page
+    rows = rows[:page] if page else rows
 
     def text(rows):
         if not rows:
@@ -65,6 +61,8 @@ def ls_cmd(kernel, arch, sort, reverse, limit, as_json: bool) -> None:
             lines.append(f"{r['key'][:16]}  {r.get('kind', ''):6} {str(r.get('arch') or '-'):11} "
                          f"{_size(r.get('size')):>10} {r.get('hits', 0):>5}  "
                          f"{_when(r.get('last_used')):19}  {kernels}")
+        if more:
+            lines.append(f"(the first {page}; --limit 0 lists every entry)")
         return "\n".join(lines)
     emit(rows, as_json, text)
 
@@ -108,9 +106,12 @@ def show_cmd(key: str, with_source: bool, as_json: bool) -> None:
 
 
 @cache_group.command("stats")
+@click.option("--remote", is_flag=True, help="The remote (shared) cache's entries and server instead.")
 @json_option
-def stats_cmd(as_json: bool) -> None:
-    """Entries, bytes, hits, misses and hit rate."""
+def stats_cmd(remote: bool, as_json: bool) -> None:
+    """Entries, bytes, hits, misses and hit rate (and the remote tier's counts)."""
+    if remote:
+        return cache_remote.stats(as_json)
     try:
         s = _api().stats()
     except KjitError as exc:
@@ -121,22 +122,36 @@ def stats_cmd(as_json: bool) -> None:
         return (f"path       {d['path']}\nentries    {d['entries']}\n"
                 f"bytes      {d['bytes']} ({_size(d['bytes'])}; {_size(d['disk_bytes'])} on disk, "
                 f"limit {_size(d['size_limit'])})\n"
-                f"hits       {d['hits']}\nmisses     {d['misses']}\nhit rate   {rate}")
+                f"hits       {d['hits']}\nmisses     {d['misses']}\nhit rate   {rate}"
+                + ("\nread-only  yes (new results are not stored here)" if d["read_only"] else "")
+                + (f"\nunreadable {d['unreadable']} rows kjit did not write (`kjit cache verify` "
+                   "removes them)" if d["unreadable"] else "")
+                + cache_remote.local_lines(d))
     emit(s, as_json, text)
 
 
 @cache_group.command("clear")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (also implied by --json).")
+@click.option("--remote", is_flag=True, help="Clear the remote (shared) cache instead, for every node.")
 @json_option
-def clear_cmd(yes: bool, as_json: bool) -> None:
+def clear_cmd(yes: bool, remote: bool, as_json: bool) -> None:
     """Remove every entry."""
+    if remote:
+        return cache_remote.clear(yes, as_json)
     if not (yes or as_json):
         click.confirm(f"Remove every entry in {_api().path()}?", abort=True)
+    from ..cache import ops
     try:
-        n = _api().clear()
+        r = ops.clear_report()
     except KjitError as exc:
         raise fail(exc)
-    emit({"removed": n}, as_json, lambda d: f"removed {d['removed']} entries")
+
+    def text(d):
+        if d["reset"]:
+            return f"the cache databases could not be read ({d['reason']}); removed them"
+        return f"removed {d['removed']} entries" + (
+            f" and {d['unreadable_removed']} unreadable rows" if d["unreadable_removed"] else "")
+    emit(r, as_json, text)
 
 
 @cache_group.command("prune")
@@ -156,18 +171,20 @@ def prune_cmd(max_size, older_than, as_json: bool) -> None:
 @cache_group.command("verify")
 @json_option
 def verify_cmd(as_json: bool) -> None:
-    """Check every entry's checksum; corrupt entries are removed (exit 1 if any)."""
+    """Check every entry's checksum; corrupt entries and rows kjit did not write are removed
+    (exit 1 if there were any)."""
     try:
         r = _api().verify()
     except KjitError as exc:
         raise fail(exc)
 
     def text(d):
-        lines = [f"checked {d['checked']}: {d['ok']} ok, {len(d['corrupt'])} corrupt (removed)"]
+        lines = [f"checked {d['checked']}: {d['ok']} ok, {len(d['corrupt'])} corrupt (removed)"
+                 + (f"; {d['unreadable']} unreadable rows removed" if d["unreadable"] else "")]
         lines += [f"  {c['key'][:16]}  {c['error']}" for c in d["corrupt"]]
         return "\n".join(lines)
     emit(r, as_json, text)
-    if r["corrupt"]:
+    if r["corrupt"] or r["unreadable"]:
         raise SystemExit(1)
 
 
@@ -176,12 +193,16 @@ def verify_cmd(as_json: bool) -> None:
 @click.option("--key", "keys", multiple=True, help="Export only this entry (repeatable; prefixes ok).")
 @json_option
 def export_cmd(file: str, keys, as_json: bool) -> None:
-    """Write entries to FILE (one zip) for `kjit cache import` on another machine."""
+    """Write entries to FILE (one zip; - for standard output) for `kjit cache import` on
+    another machine."""
+    if file == "-" and as_json:
+        raise click.UsageError("FILE - and --json both write to standard output: use one")
     try:
         r = _api().export(file, keys=list(keys) or None)
     except KjitError as exc:
         raise fail(exc)
-    emit(r, as_json, lambda d: f"exported {d['exported']} entries to {d['file']} ({_size(d['bytes'])})")
+    emit(r, as_json, lambda d: f"exported {d['exported']} entries to {d['file']}"
+         + (f" ({_size(d['bytes'])})" if d["bytes"] else ""), err=file == "-")
 
 
 @cache_group.command("import")
@@ -203,3 +224,6 @@ def import_cmd(file: str, overwrite: bool, as_json: bool) -> None:
     emit(r, as_json, text)
     if r["rejected"]:
         raise SystemExit(1)
+
+
+cache_group.add_command(cache_remote.push_cmd)

@@ -11,26 +11,49 @@ from ..errors import KjitError
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
 
-def emit(data: Any, as_json: bool, text: Callable[[Any], str]) -> None:
-    """Print `data` as JSON or as the text `text(data)` renders."""
+def emit(data: Any, as_json: bool, text: Callable[[Any], str], *, err: bool = False) -> None:
+    """Print `data` as JSON or as the text `text(data)` renders (on stderr with err=True,
+    when the command's output bytes go to stdout)."""
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
     else:
-        click.echo(text(data))
+        click.echo(text(data), err=err)
+
+
+def timestamp(ts) -> str:
+    """A time as `kjit cache` prints it; "-" for none."""
+    if not ts:
+        return "-"
+    import datetime
+    return datetime.datetime.fromtimestamp(float(ts)).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def human_size(n) -> str:
+    """Bytes as B, KiB, MiB or GiB."""
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 def fail(exc: KjitError) -> "click.ClickException":
-    """A KjitError as a click error: a message and exit code 1, no traceback."""
-    return click.ClickException(str(exc))
+    """A KjitError as a click error: a message (or --json error object) and exit code 1,
+    no traceback; the error's type is kept for --json."""
+    from .failures import CommandFailed
+    return CommandFailed(exc)
 
 
 def compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
-                             max_registers, relocatable, extra):
+                             max_registers, relocatable, extra, no_toolkit_headers=False,
+                             no_std_headers=False):
     from ..compiler.options import CompileOptions
     return CompileOptions(std=std, defines=list(defines), include_dirs=list(include_dirs),
                           fast_math=fast_math, line_info=line_info, debug=debug,
                           max_registers=max_registers, relocatable=relocatable,
-                          extra=list(extra))
+                          extra=list(extra), toolkit_headers=not no_toolkit_headers,
+                          std_headers=not no_std_headers)
 
 
 def compile_flags(fn: Callable) -> Callable:
@@ -47,6 +70,11 @@ def compile_flags(fn: Callable) -> Callable:
         click.option("--max-registers", type=int, help="Cap registers per thread."),
         click.option("--relocatable", "-rdc", is_flag=True, help="Relocatable device code (for linking)."),
         click.option("-X", "--extra", multiple=True, help="A raw compiler flag (repeatable)."),
+        click.option("--no-toolkit-headers", is_flag=True,
+                     help="Do not search the CUDA toolkit and CCCL headers from NVIDIA's wheels "
+                          "(HIP: hiprtc's built-in header names); see docs/headers.md."),
+        click.option("--no-std-headers", is_flag=True,
+                     help="Leave out kjit's device-side <cstdint>, <cmath>, <cstdio>... (NVRTC)."),
     ]):
         fn = opt(fn)
     return fn

@@ -19,7 +19,7 @@ _SUFFIX = {"object": ".cubin"}
 @click.option("--emit", "target", type=click.Choice(["cubin", "ptx", "ltoir", "hsaco"]),
               help="What to produce (default cubin; hsaco for --backend hip).")
 @click.option("--backend", type=click.Choice(["cuda", "hip"]), default="cuda", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Output file (default: SOURCE with the target's suffix).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Output file; - for standard output (default: SOURCE with the target's suffix).")
 @click.option("--name-expression", "name_expressions", multiple=True,
               help="A template instantiation to compile and name, e.g. 'axpy<float>'.")
 @click.option("--no-cache", is_flag=True, help="Compile even if the cache has the result.")
@@ -27,27 +27,30 @@ _SUFFIX = {"object": ".cubin"}
 @json_option
 def compile_cmd(source, arch, target, backend, output, name_expressions, no_cache, include_dirs,
                 defines, std, fast_math, line_info, debug, max_registers, relocatable, extra,
-                as_json):
+                no_toolkit_headers, no_std_headers, as_json):
     """Compile SOURCE with NVRTC (or hiprtc) and write the result."""
+    from ..compiler import source_text
     from ..compiler.api import compile as kjit_compile
+    from ..compiler.search import source_name
+    from . import output as output_mod
     src_path = Path(source)
+    output_mod.check(output, [source], as_json)
     try:
         opts = compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
-                                        max_registers, relocatable, extra)
-        obj = kjit_compile(src_path.read_text(), arch=arch, target=target, options=opts,
+                                        max_registers, relocatable, extra, no_toolkit_headers, no_std_headers)
+        obj = kjit_compile(source_text.read(src_path), arch=arch, target=target, options=opts,
                            name_expressions=name_expressions, backend=backend,
-                           name=src_path.name, cache=not no_cache)
+                           name=source_name(source), cache=not no_cache)
+        out = output or str(src_path.with_suffix(_SUFFIX.get(obj.kind, "." + obj.kind)))
+        output_mod.check(out, [source], as_json)
+        written = output_mod.write(obj, out)
     except KjitError as exc:
         raise fail(exc)
-    out = Path(output) if output else src_path.with_suffix(_SUFFIX.get(obj.kind, "." + obj.kind))
-    try:
-        obj.save(out)
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}")
-    info = {"output": str(out), "kind": obj.kind, "arch": obj.arch, "size": len(obj.code),
+    info = {"output": written, "kind": obj.kind, "arch": obj.arch, "size": len(obj.code),
             "entry_points": list(obj.entry_points), "symbols": dict(obj.symbols),
             "log": obj.log, "cache_hit": obj.cache_hit}
     emit(info, as_json, lambda d: (
         f"wrote {d['output']} ({d['kind']}, {d['arch']}, {d['size']} bytes); "
         f"kernels: {', '.join(d['entry_points']) or '(none)'}"
-        + (f"\n{d['log'].strip()}" if d["log"].strip() else "")))
+        + (f"\n{d['log'].strip()}" if d["log"].strip() else "")),
+        err=output_mod.summary_to_stderr(output))

@@ -9,6 +9,7 @@ from .common import emit, json_option
 def gather() -> dict:
     from .. import __version__, arch, driver
     from ..compiler import nvrtc
+    from ..compiler.targets import nvrtc_supported
     info: dict = {"kjit": __version__}
     try:
         from importlib.metadata import version
@@ -17,7 +18,7 @@ def gather() -> dict:
         info["cuda_bindings"] = None
     try:
         info["nvrtc"] = ".".join(map(str, nvrtc.version()))
-        info["nvrtc_archs"] = [f"sm_{n}" for n in arch.nvrtc_supported()]
+        info["nvrtc_archs"] = [f"sm_{n}" for n in nvrtc_supported()]
     except Exception as exc:
         info["nvrtc"], info["nvrtc_archs"] = None, []
         info["nvrtc_error"] = str(exc)
@@ -53,12 +54,57 @@ def gather() -> dict:
         info["cache_dir"] = str(cache_dir())
     except Exception:
         info["cache_dir"] = None
+    info["remote_cache"] = _remote()
     try:
         from ..compiler import hiprtc
         info["hiprtc"] = ".".join(map(str, hiprtc.version()))
     except Exception:
         info["hiprtc"] = None
+    info["headers"] = _headers(info["hiprtc"])
     return info
+
+
+def _headers(hiprtc_version: str | None) -> dict:
+    """The directories searched after the user's, and the wheels that provide them."""
+    from ..compiler import toolkit_headers
+    try:
+        out = toolkit_headers.describe()
+    except Exception as exc:  # a broken cuda-pathfinder must not break `kjit info`
+        out = {"dirs": [], "error": str(exc)}
+    if hiprtc_version:
+        from ..compiler import hip_headers
+        out["hip_builtin_names"] = list(hip_headers.builtin_headers(int(hiprtc_version.split(".")[0])))
+    return out
+
+
+def _remote() -> dict | None:
+    """The shared tier: where, whether values are signed, whether it answers."""
+    from ..cache import remote, shared
+    try:
+        config = remote.RemoteConfig.from_env()
+        if config is None:
+            return None
+        out = {"url": config.display_url, "prefix": config.prefix, "signed": config.secret is not None}
+        tier = shared.active()
+        out["server"] = tier.backend.stats().get("redis_version")
+        out["reachable"] = True
+    except remote.TierError as exc:
+        out.update(reachable=False, error=str(exc))
+    except Exception as exc:  # misconfigured: say so, the rest of `kjit info` still prints
+        return {"error": str(exc)}
+    return out
+
+
+def _remote_text(r: dict | None) -> str:
+    if r is None:
+        return "none (set KJIT_REMOTE_CACHE=redis://host:port/db to share compiles across nodes)"
+    if "url" not in r:
+        return f"misconfigured: {r['error']}"
+    signed = ("signed (HMAC-SHA256)" if r["signed"] else
+              "UNSIGNED: any client that can write to it can make this node run its code; "
+              "set KJIT_REMOTE_CACHE_KEY")
+    state = f"Redis {r['server']}" if r.get("reachable") else f"unreachable: {r.get('error')}"
+    return f"{r['url']} ({state}); {signed}"
 
 
 def _text(d: dict) -> str:
@@ -73,8 +119,29 @@ def _text(d: dict) -> str:
         lines.append(f"device {dev['index']}        {dev['name']} ({dev['arch']}, "
                      f"{dev['memory_bytes'] / 2**30:.0f} GiB)")
     lines.append(f"NVRTC archs     {', '.join(d['nvrtc_archs'])}")
+    lines += _header_lines(d.get("headers") or {})
     lines.append(f"cache           {d['cache_dir']}")
+    lines.append(f"remote cache    {_remote_text(d.get('remote_cache'))}")
     return "\n".join(lines)
+
+
+def _header_lines(h: dict) -> list[str]:
+    lines = []
+    for i, item in enumerate(h.get("dirs", [])):
+        label = "CCCL" if item["name"] == "cccl" else "CUDA runtime headers"
+        if item.get("cccl_version"):
+            label += f" {item['cccl_version']}"
+        if item.get("package"):
+            label += f", {item['package']} {item['version']}"
+        for dist, version in (item.get("also") or {}).items():
+            label += f", {dist} {version}"
+        where = item["dir"] or "not found (install the wheel named in pyproject's dependencies)"
+        lines.append(f"{'headers' if i == 0 else '':16s}{where} ({label})")
+    if h.get("error"):
+        lines.append(f"headers         unavailable: {h['error']}")
+    if h.get("dirs"):
+        lines.append(f"{'':16s}tested together: {h.get('tested')}")
+    return lines
 
 
 @click.command("info")

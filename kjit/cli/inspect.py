@@ -17,7 +17,7 @@ from .common import emit, fail, json_option
 
 def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A JSON-able description of one file; KjitError if it is none of the kinds kjit reads."""
-    from .. import containers
+    from ..formats import fatbin as containers
     from ..objectcode import ObjectCode
     obj = ObjectCode.from_file(path)
     entries = []
@@ -28,7 +28,7 @@ def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         d["arch"] = arch
         d["kernels"] = _kernels(entry)
         if entry.kind == "ptx" and entry.decoded:
-            from ..objectcode import _PTX_TARGET_RE, ptx_version
+            from ..formats.sniff import _PTX_TARGET_RE, ptx_version
             v = ptx_version(entry.code)
             d["ptx_version"] = ".".join(map(str, v)) if v else d["ptx_version"]
             m = _PTX_TARGET_RE.search(entry.code)
@@ -47,7 +47,7 @@ def _kernels(entry: Any) -> list[dict[str, Any]]:
         return []
     try:
         if entry.kind in ("cubin", "object"):
-            from ..nvinfo import kernel_resources
+            from ..formats.nvinfo import kernel_resources
             return [k.as_dict() for k in kernel_resources(entry.code)]
         if entry.kind in ("ptx", "hsaco"):
             from ..objectcode import ObjectCode
@@ -101,10 +101,12 @@ def inspect_cmd(files: tuple[str, ...], as_json: bool) -> None:
     """Show the entries, kernels and per-kernel resources of FILES (fatbin, cubin, PTX,
     LTO-IR, HIP bundle). Shared, local and stack sizes are bytes; local is per thread and
     includes register spills. --json prints one object per file (a list for several)."""
-    try:
-        data = [inspect_file(f) for f in files]
-    except KjitError as exc:
-        raise fail(exc)
+    data = []
+    for f in files:
+        try:
+            data.append(inspect_file(f))
+        except KjitError as exc:
+            raise fail(type(exc)(f"{f}: {exc}") if not str(exc).startswith(str(f)) else exc)
     if as_json:
         emit(data[0] if len(data) == 1 else data, True, str)
     else:

@@ -1,8 +1,6 @@
 """`kjit link`: PTX, cubin, fatbin, LTO-IR, host objects and archives into one cubin."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from ..errors import KjitError
@@ -17,7 +15,7 @@ DEFAULT_OUTPUT = "linked.cubin"
 @click.option("--backend", type=click.Choice(["auto", "driver", "nvjitlink"]), default="auto",
               show_default=True, help="Which linker: auto picks nvJitLink for LTO-IR, no GPU, or PTX newer than the driver.")
 @click.option("--lto", is_flag=True, help="Link-time optimisation (on by itself for LTO-IR inputs).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help=f"Output cubin (default {DEFAULT_OUTPUT}).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help=f"Output cubin; - for standard output (default {DEFAULT_OUTPUT}).")
 @click.option("--max-registers", type=click.IntRange(1, 255), help="Cap registers per thread.")
 @click.option("-O", "--opt-level", "optimization_level", type=click.IntRange(0, 4), help="Optimisation level 0-4.")
 @click.option("--line-info", is_flag=True, help="Generate line information.")
@@ -33,25 +31,25 @@ def link_cmd(inputs, arch, backend, lto, output, max_registers, optimization_lev
              debug, verbose, fast_math, device_runtime, extra, no_cache, as_json):
     """Link INPUTS (kinds are read from the bytes; .a archives are libraries) into a cubin."""
     from ..linker import LinkOptions, link
-    out = Path(output or DEFAULT_OUTPUT)
-    if any(Path(i).resolve() == out.resolve() for i in inputs):
-        raise click.UsageError(f"the output {out} is one of the inputs: choose another with -o")
+    from . import output as output_mod
+    out = output or DEFAULT_OUTPUT
+    output_mod.check(out, inputs, as_json)
     try:
         options = LinkOptions(max_registers=max_registers, optimization_level=optimization_level,
                               line_info=line_info, debug=debug, verbose=verbose,
                               fast_math=fast_math, device_runtime=device_runtime, extra=list(extra))
         res = link(list(inputs), arch=arch, backend=backend, lto=lto, options=options,
                    cache=not no_cache)
+        written = output_mod.write(res.object, out)
     except KjitError as exc:
         raise fail(exc)
-    res.object.save(out)
-    info = {"output": str(out), "kind": res.object.kind, "arch": res.arch, "size": len(res.code),
+    info = {"output": written, "kind": res.object.kind, "arch": res.arch, "size": len(res.code),
             "backend": res.backend, "reason": res.reason,
             "entry_points": list(res.object.entry_points), "info_log": res.info_log,
             "error_log": res.error_log, "wall_time_ms": res.wall_time_ms,
             "cache_hit": res.cache_hit, "device_runtime": res.device_runtime,
             "inputs": list(res.object.metadata.get("inputs", []))}
-    emit(info, as_json, _text)
+    emit(info, as_json, _text, err=output_mod.summary_to_stderr(out))
 
 
 def _text(d: dict) -> str:

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 
 import click
 
+from . import failures
 from .._version import __version__
-from ..errors import KjitError
 
 # command name -> "module:attribute"
 COMMANDS = {
@@ -31,6 +32,22 @@ class LazyGroup(click.Group):
         module, attr = target.split(":")
         return getattr(importlib.import_module(module), attr)
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """click's main, with every failure reported the one kjit way (cli/failures.py):
+        a message, or with --json one JSON object on stdout, and a documented exit code."""
+        args = list(sys.argv[1:] if args is None else args)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except SystemExit:
+            raise
+        except BaseException as exc:  # every way out is reported: none is a bare traceback
+            if not standalone_mode:
+                raise
+            sys.exit(failures.report(exc, failures.wants_json(args)))
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)  # an int is click's Exit code (--help)
+
 
 def _importable(target: str) -> bool:
     return importlib.util.find_spec(target.split(":")[0]) is not None
@@ -43,18 +60,7 @@ def cli() -> None:
 
 
 def main() -> None:
-    try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        raise SystemExit(1)
-    except click.ClickException as exc:
-        exc.show()
-        raise SystemExit(exc.exit_code)
-    except KjitError as exc:  # a clear message, not a traceback
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(1)
-    except SystemExit:
-        raise
+    cli.main()
 
 
 if __name__ == "__main__":

@@ -1,94 +1,111 @@
-"""kjit.compile: validate everything, then compile through the cache with the chosen backend."""
+"""kjit.compile: the source passes down once — validate the request, resolve its includes,
+derive the exact key, look it up in the cache, compile on a miss, store, return ObjectCode.
+
+The key (namespace "compile") covers: the source, its name, every header it can read with
+contents (kjit.compiler.includes), all options after normalisation, name expressions,
+target, arch, backend, the compiler's identity and version, the environment variables that
+change compilation (kjit.cache.key.KEY_ENV_VARS) and the cache schema version.
+
+Deriving it means resolving includes (reading and scanning every header), so it is
+remembered twice, both times with the Snapshot of the headers it came from
+(kjit.compiler.snapshot): in process, by the call's arguments, trusted while change
+notification (kjit.compiler.watch) reports nothing, else after a stat check; across
+processes, in a manifest (kjit.compiler.manifest), trusted after a stat check. After a
+compile the Snapshot is checked again: a header edited while NVRTC ran makes the result
+unkeyable, and the compile is redone, never stored under the old contents' key.
+"""
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple
+import os
+import time
+import warnings
+from dataclasses import fields, is_dataclass
+from typing import Any, Callable, Iterable
 
 from .. import arch as arch_mod
-from ..cache.compiled import compile_through_cache
-from ..errors import InvalidOptionError
+from ..cache.core import bypass, enabled_by_env, lookup_hashed
+from ..cache.key import KEY_ENV_VARS, env_fingerprint, key_hash, sha256
+from ..cache.store import CacheWarning
 from ..objectcode import ObjectCode
-from . import declarations
-from .options import TARGETS, CompileOptions
+from . import includes, manifest, search
+from .identity import compiler_identity
+from .options import CompileOptions
+from .request import BACKENDS, CompileRequest, make_request
+from .run import compile_uncached
 
-BACKENDS = ("cuda", "hip")
+__all__ = ["compile", "compile_key", "make_request", "CompileRequest", "BACKENDS"]
 
-
-class CompileRequest(NamedTuple):
-    """Everything that determines a compile's output, validated and normalised."""
-
-    source: str
-    arch: str
-    target: str
-    backend: str
-    options: CompileOptions
-    name_expressions: tuple[str, ...] = ()
-    name: str = "kernel.cu"
-
-    def compiler_version(self) -> str:
-        if self.backend == "hip":
-            from . import hiprtc
-            return "hiprtc " + hiprtc.version_string()
-        from . import nvrtc
-        return "nvrtc " + ".".join(map(str, nvrtc.version()))
+NAMESPACE = "compile"
+_MEMO_MAX = 4096
 
 
-def make_request(source: str, *, arch=None, target: str | None = None,
-                 options: CompileOptions | None = None, name_expressions: Iterable[str] = (),
-                 backend: str = "cuda", name: str | None = None) -> CompileRequest:
-    """Validate and normalise compile arguments; raise InvalidOptionError before any compile."""
-    if isinstance(source, bytes):
-        source = source.decode()
-    if not isinstance(source, str):
-        raise InvalidOptionError(f"source must be a string of CUDA/HIP C++, got {type(source).__name__}")
-    if backend not in BACKENDS:
-        raise InvalidOptionError(f"backend={backend!r} is not one of {', '.join(BACKENDS)}")
+class _Memo:
+    __slots__ = ("key", "snapshot", "token", "checks", "create", "label", "meta")
+
+    def __init__(self, key: str, snapshot: Any, create: Callable[[], ObjectCode], label: str,
+                 meta: Callable[[], dict]):
+        self.key, self.snapshot, self.create, self.label, self.meta = key, snapshot, create, label, meta
+        self.token: Any = None
+        self.checks = 0
+
+    def valid(self) -> bool:
+        snap = self.snapshot
+        if snap.cwd is not None and os.getcwd() != snap.cwd:
+            return False
+        if snap.empty:
+            return True
+        if self.token is None and self.checks < STAT_CHECKS_BEFORE_WATCHING:
+            # The first repeat only stats (~1 ms for 500 headers); watching costs ~10x that
+            # once, so it starts with the second repeat, when repeats look like a habit.
+            self.checks += 1
+            return snap.check()
+        ok, self.token = _watch().validate(snap, self.token)
+        return ok
+
+
+def _watch() -> Any:
+    global _watch_mod
+    if _watch_mod is None:  # loaded once: an import statement per call costs microseconds
+        from . import watch
+        _watch_mod = watch
+    return _watch_mod
+
+
+_watch_mod: Any = None
+
+
+class _HeadersChanged(Exception):
+    """A header changed between keying and compiling: the result must not be stored."""
+
+
+_RETRIES = 3
+STAT_CHECKS_BEFORE_WATCHING = 1
+
+
+_memo: dict[tuple, _Memo] = {}
+_option_fields: dict[type, tuple[str, ...]] = {}
+_warned: set[str] = set()
+
+
+def _options_sig(options: Any) -> Any:
+    """A hashable picture of CompileOptions (its dicts are mutable, so copy them as tuples).
+    TypeError for anything else: make_request then says what is wrong."""
     if options is None:
-        options = CompileOptions()
-    elif not isinstance(options, CompileOptions):
-        raise InvalidOptionError("options must be a kjit.CompileOptions")
-    if isinstance(name_expressions, str):
-        raise InvalidOptionError("name_expressions must be a list of strings, not one string")
-    exprs = tuple(name_expressions)
-    for e in exprs:
-        if not isinstance(e, str) or not e.strip():
-            raise InvalidOptionError(f"name expression {e!r} must be a non-empty string")
-    if backend == "hip":
-        target = "hsaco" if target in (None, "cubin", "hsaco") else target
-        if target != "hsaco":
-            raise InvalidOptionError(f"target={target!r}: the HIP backend produces 'hsaco' code objects")
-        from .hiprtc import check_options
-        check_options(options)
-        resolved = arch_mod.resolve(arch, "hip")
-        arch_mod.check_supported(resolved)
-    else:
-        target = target or "cubin"
-        if target not in TARGETS:
-            raise InvalidOptionError(f"target={target!r} is not one of {', '.join(TARGETS)}")
-        resolved = arch_mod.resolve(arch, "cuda")
-        if resolved.virtual and target == "cubin":
-            raise InvalidOptionError(
-                f"target 'cubin' needs a real architecture (sm_{resolved.number}{resolved.suffix}), "
-                f"not the virtual {resolved.name}")
-        arch_mod.check_supported(resolved)
-    return CompileRequest(source, resolved.name, target, backend, options, exprs,
-                          name or ("kernel.hip" if backend == "hip" else "kernel.cu"))
-
-
-def compile_uncached(req: CompileRequest) -> ObjectCode:
-    """Run the compiler for a validated request."""
-    if req.backend == "hip":
-        from . import hiprtc as backend
-    else:
-        from . import nvrtc as backend  # type: ignore[no-redef]
-    code, log, symbols, ms = backend.compile_source(
-        req.source, name=req.name, arch=req.arch, target=req.target, options=req.options,
-        name_expressions=req.name_expressions)
-    return ObjectCode(code, kind=req.target, arch=req.arch, log=log, symbols=symbols,
-                      name=req.name, metadata={
-                          "compiler": req.compiler_version(), "compile_ms": round(ms, 3),
-                          "options": req.options.describe(), "backend": req.backend,
-                          "name_expressions": list(req.name_expressions),
-                          "declarations": declarations.extract(req.source)})
+        return None
+    names = _option_fields.get(type(options))
+    if names is None:
+        if not is_dataclass(options) or isinstance(options, type):
+            raise TypeError("not CompileOptions")
+        names = _option_fields[type(options)] = tuple(f.name for f in fields(options))
+    out = []
+    for f in names:
+        v = getattr(options, f)
+        if isinstance(v, dict):
+            v = tuple(v.items())
+        elif isinstance(v, list):
+            v = tuple(v)
+        out.append(v)
+    return (type(options), tuple(out))
 
 
 def compile(source: str, *, arch=None, target: str | None = None,
@@ -101,6 +118,107 @@ def compile(source: str, *, arch=None, target: str | None = None,
     Raises InvalidOptionError for bad arguments and CompileError (with log and source
     excerpts) when the compiler rejects the source.
     """
-    return compile_through_cache(source, arch=arch, target=target, options=options,
-                                 name_expressions=name_expressions, backend=backend, name=name,
-                                 cache=cache)
+    t0 = time.perf_counter()
+    if not cache or not enabled_by_env():
+        req = make_request(source, arch=arch, target=target, options=options,
+                               name_expressions=name_expressions, backend=backend, name=name)
+        return bypass(NAMESPACE, lambda: compile_uncached(req), req.name)
+    if not isinstance(name_expressions, tuple) and not isinstance(name_expressions, str):
+        name_expressions = tuple(name_expressions)
+    if arch is None:  # the current device (or $KJIT_ARCH): may differ from call to call
+        arch = arch_mod.resolve(None, backend if backend in ("cuda", "hip") else "cuda").name
+    env = os.environ
+    env_sig = tuple(env.get(v) for v in KEY_ENV_VARS.get(backend, ()))
+    try:
+        sig: tuple | None = (source, arch, target, backend, name, name_expressions,
+                             _options_sig(options), env_sig)
+        hash(sig)
+    except TypeError:  # something unhashable: validation below will say what
+        sig = None
+    memo = _memo.get(sig) if sig is not None else None
+    if memo is not None and memo.valid():
+        return lookup_hashed(memo.key, NAMESPACE, memo.create, label=memo.label, meta=memo.meta, t0=t0)
+
+    req = make_request(source, arch=arch, target=target, options=options,
+                       name_expressions=name_expressions, backend=backend, name=name)
+    for _ in range(_RETRIES):
+        try:
+            return _keyed(req, sig, t0)
+        except _HeadersChanged:
+            continue
+    return bypass(NAMESPACE, lambda: compile_uncached(req), req.name)
+
+
+def _keyed(req: CompileRequest, sig: tuple | None, t0: float) -> ObjectCode:
+    """Key `req` (from a manifest, else by resolving its includes), remember the key, and
+    look it up."""
+    opts = req.options
+    path = search.for_options(opts, req.backend)
+    prekey = None
+    found = None
+    if includes.may_read_headers(req.source, opts.extra):
+        prekey = manifest_key(req, path)
+        found = manifest.lookup(prekey)
+    res = None
+    if found is not None:
+        k, snap = found
+    else:
+        try:
+            res = includes.resolve(req.source, name=req.name, search=path, defines=opts.defines,
+                                   extra=opts.extra)
+        except includes.UnresolvedInclude as exc:
+            if str(exc) not in _warned:
+                _warned.add(str(exc))
+                warnings.warn(f"{req.name}: {exc}; compiling without the cache", CacheWarning,
+                              stacklevel=4)
+            return bypass(NAMESPACE, lambda: compile_uncached(req), req.name)
+        k, snap = key_hash(NAMESPACE, describe(req, res)), res.snapshot
+        if prekey is not None and not snap.empty:
+            manifest.store(prekey, k, snap)
+    state = {"res": res}
+
+    def create() -> ObjectCode:
+        if state["res"] is None:  # keyed from a manifest: the entry's metadata needs the key
+            state["res"] = includes.resolve(req.source, name=req.name, search=path,
+                                            defines=opts.defines, extra=opts.extra)
+            if key_hash(NAMESPACE, describe(req, state["res"])) != k:
+                raise _HeadersChanged()
+        obj = compile_uncached(req)
+        if not snap.check():
+            raise _HeadersChanged()
+        return obj
+
+    meta = lambda: {"key": describe(req, state["res"]), "source": req.source}  # noqa: E731
+    if sig is not None:
+        if len(_memo) >= _MEMO_MAX:
+            _memo.clear()
+        _memo[sig] = _Memo(k, snap, create, req.name, meta)
+    return lookup_hashed(k, NAMESPACE, create, label=req.name, meta=meta, t0=t0)
+
+
+def manifest_key(req: CompileRequest, path: Any) -> str:
+    """What a compile's manifest is filed under: everything in its key but the headers, plus
+    where they are searched for and the in-memory headers' contents."""
+    desc = describe(req, None)
+    desc["search"] = list(path.dirs)
+    desc["memory"] = {n: sha256(t) for n, t in path.headers.items()}
+    return key_hash("compile-manifest", desc)
+
+
+def describe(req: Any, res: Any) -> dict[str, Any]:
+    """The compile key's canonical description for a request and its include resolution."""
+    return {
+        "source_sha256": sha256(req.source), "name": req.name, "arch": req.arch,
+        "target": req.target, "backend": req.backend, "options": req.options.describe(),
+        "name_expressions": list(req.name_expressions), "compiler": compiler_identity(req.backend),
+        "env": env_fingerprint(req.backend), **(res.key() if res is not None else {}),
+    }
+
+
+def compile_key(source: str, **kwargs: Any) -> str:
+    """The cache key kjit.compile would use for these arguments (for tools and tests)."""
+    req = make_request(source, **kwargs)
+    opts = req.options
+    res = includes.resolve(req.source, name=req.name, search=search.for_options(opts, req.backend),
+                           defines=opts.defines, extra=opts.extra)
+    return key_hash(NAMESPACE, describe(req, res))

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from ..errors import CompileError
+from ..errors import CompileError
 
 # NVRTC: "name.cu(12): error: ..."; clang/hiprtc: "name.cu:12:5: error: ..."
 _LOCATION_RES = (re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\):\s*(?P<sev>error|warning)"),
@@ -39,7 +38,14 @@ def excerpt(source: str, line: int, context: int = CONTEXT) -> str:
     return "\n".join(out)
 
 
-def render_compile_error(err: "CompileError") -> str:
+def compile_error(message: str, **fields: Any) -> CompileError:
+    """A CompileError whose text shows the log, the source lines it points at and the flags."""
+    err = CompileError(message, **fields)
+    err.report = render_compile_error(err)
+    return err
+
+
+def render_compile_error(err: CompileError) -> str:
     parts = [err.message]
     log = err.log.strip()
     if log:

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..locations import cache_dir, wheel_version
+
 FILE_NAME = "nvrtc-facts.json"
 
 
@@ -28,9 +30,8 @@ def _ask_nvrtc() -> dict[str, Any]:
 
 
 def _wheel() -> str | None:
-    from ..cache.key import _wheel_version
     for name in ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu13", "nvidia-cuda-nvrtc-cu12"):
-        version = _wheel_version(name)
+        version = wheel_version(name)
         if version:
             return f"{name} {version}"
     return None
@@ -40,10 +41,16 @@ def _path() -> Path | None:
     if os.environ.get("KJIT_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     try:
-        from ..cache.store import cache_dir
         return cache_dir() / FILE_NAME
-    except Exception:
+    except Exception:  # no home directory to put it in
         return None
+
+
+def _valid(entry: Any) -> bool:
+    return (isinstance(entry, dict) and isinstance(entry.get("version"), list)
+            and len(entry["version"]) == 2 and isinstance(entry.get("archs"), list)
+            and bool(entry["archs"])
+            and all(isinstance(n, int) for n in [*entry["version"], *entry["archs"]]))
 
 
 @functools.lru_cache(maxsize=None)
@@ -54,18 +61,17 @@ def nvrtc() -> dict[str, Any]:
     if wheel and path is not None:
         try:
             known = json.loads(path.read_text())
-            entry = known.get(wheel)
-            if isinstance(entry, dict) and len(entry.get("version", ())) == 2 and entry.get("archs"):
-                return entry
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             known = {}
+        known = known if isinstance(known, dict) else {}  # the cache directory's file: checked
+        if _valid(known.get(wheel)):
+            return known[wheel]
     entry = _ask_nvrtc()
     if wheel and path is not None:
-        try:  # write-then-rename: a reader never sees half a file
+        try:  # write-then-rename through a new file: no half file, no planted link followed
+            from ..fileio import replace_with
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({**known, wheel: entry}, sort_keys=True))
-            os.replace(tmp, path)
+            replace_with(path, json.dumps({**known, wheel: entry}, sort_keys=True).encode())
         except OSError:
             pass  # read-only cache: ask NVRTC again next time
     return entry

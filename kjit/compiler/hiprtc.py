@@ -14,9 +14,10 @@ import ctypes
 import functools
 import re
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from ..errors import CompileError, InvalidOptionError, KjitError
+from ..errors import InvalidOptionError, KjitError
+from .diagnostics import compile_error
 from ..hip import comgr, loader
 from .options import HIP_STDS, CompileOptions
 
@@ -245,15 +246,18 @@ def _c_strings(items: Sequence[str]):
 
 
 def compile_source(source: str, *, name: str, arch: str, target: str = "hsaco",
-                   options: CompileOptions, name_expressions: Sequence[str] = ()
+                   options: CompileOptions, name_expressions: Sequence[str] = (),
+                   headers: Mapping[str, str] | None = None
                    ) -> tuple[bytes, str, dict[str, str], float]:
-    """Compile HIP source with hiprtc. Returns (code object ELF, log, lowered names, ms)."""
+    """Compile HIP source with hiprtc. Returns (code object ELF, log, lowered names, ms).
+    headers: the in-memory headers to give it (default: options.headers; kjit.compile passes
+    its SearchPath's, which add the built-in header names, compiler/hip_headers.py)."""
     if target != "hsaco":
         raise InvalidOptionError(f"target={target!r}: the HIP backend produces 'hsaco' code objects")
     lib = library()
     flags = hiprtc_flags(options, arch)
     check_arch(arch)
-    headers = options.headers
+    headers = headers if headers is not None else options.headers
     t0 = time.perf_counter()
     prog = ctypes.c_void_p()
     _check(lib.hiprtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(),
@@ -275,7 +279,11 @@ def compile_source(source: str, *, name: str, arch: str, target: str = "hsaco",
                             + ", ".join(bad))
             elif result != HIPRTC_ERROR_COMPILATION and not log.strip():
                 message += f"; is libhiprtc-builtins installed? {loader.INSTALL_HINT}"
-            raise CompileError(message, log=log, options=flags, source=source, name=name,
+            else:
+                from .hip_headers import missing_hint
+                hint = missing_hint(log)
+                message += f"\n{hint}" if hint else ""
+            raise compile_error(message, log=log, options=flags, source=source, name=name,
                                compiler="hiprtc")
         code = _read(prog, lib.hiprtcGetCodeSize, lib.hiprtcGetCode, "hiprtcGetCode")
         symbols = {}
@@ -291,7 +299,7 @@ def compile_source(source: str, *, name: str, arch: str, target: str = "hsaco",
 
 def _code_object(code: bytes, arch: str) -> bytes:
     """The ELF code object; newer hiprtc may hand back an offload bundle holding it."""
-    from ..hip.bundle import BUNDLE_MAGIC, read_bundle
+    from ..formats.bundle import BUNDLE_MAGIC, read_bundle
     if code.startswith(BUNDLE_MAGIC):
         found = [e.code for e in read_bundle(code) if e.kind == "hsaco"]
         if len(found) != 1:

@@ -2,22 +2,23 @@
 
 Why resolve includes ourselves rather than read NVRTC's --fdevice-time-trace
 ("Processing Header File" events): the trace is only known *after* a compile, so a key built
-from it needs a manifest from an earlier compile (ccache's "direct mode"), and such a manifest
-cannot see a header that appears later in an earlier include directory and shadows the one
-recorded - a stale binary. Resolving here, on every key derivation, follows NVRTC's search
-order (in-memory headers, then the including file's directory for "quoted" names, with the
-current directory for the main source, then -I directories in order) and so sees shadowing,
-new files and edits at any depth. It ignores #if, so it may hash a header the compile skips:
-the key covers a superset of what was read - an extra miss at worst, never a stale hit.
-Names found nowhere are NVRTC's built-in headers (covered by the compiler version in the key)
-or errors; their absence is watched too. `#include MACRO` is followed through simple
-`#define MACRO "file.h"` / `<file.h>` definitions; anything cleverer raises
-UnresolvedInclude and the compile runs uncached rather than risk a wrong key.
+from it alone cannot see a header that appears later in an earlier include directory and
+shadows the one recorded - a stale binary. Resolving here follows the search order of
+search.py (in-memory headers, then the including file's directory for "quoted" names, with
+the main source's name's directory for the main source, then the include directories in
+order, the toolkit's last) and so sees shadowing, new files and edits at any depth. It
+ignores #if, so it may hash a header the compile skips: the key covers a superset of what
+was read - an extra miss at worst, never a stale hit. Names found nowhere are NVRTC's
+built-in headers (covered by the compiler version in the key) or errors; their absence is
+watched too. `#include MACRO` is followed through simple `#define MACRO "file.h"` /
+`<file.h>` definitions; anything cleverer raises UnresolvedInclude and the compile runs
+uncached rather than risk a wrong key.
 
-Speed: every file's (mtime_ns, size, inode) is remembered with its hash and its includes, so
-an unchanged tree costs one stat per header and per searched directory; a `touch` re-hashes
-and finds the same content (a hit). A file modified within RACY_S of when it was hashed is not
-trusted by its stat (coarse file-system clocks, as git's "racily clean" rule) and is re-read.
+The resolution records a Snapshot (snapshot.py): every file read with its stat data and
+hash, every failed lookup with the directory that decided it. Checking the snapshot is how
+a remembered key (in process, or in a manifest on disk) is known to still hold without
+resolving again. Within one resolution each file is read once; across resolutions a file
+whose stat (size, mtime_ns, ctime_ns, inode) is unchanged and not racily clean is not read.
 """
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ import hashlib
 import os
 import re
 import stat as stat_mod
-import time
-from typing import Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
-RACY_S = 2.0
+from .search import SearchPath, extra_include_dirs
+from .snapshot import Snapshot, file_sig, is_racy
 
 _DIRECTIVE_RE = re.compile(
     r'^[ \t]*#[ \t]*(include_next|include|import)[ \t]*(?:"([^"\n]*)"|<([^>\n]*)>|([A-Za-z_]\w*))',
@@ -37,7 +38,6 @@ _HAS_INCLUDE_RE = re.compile(r'__has_include(_next)?\s*\(\s*(?:"([^"\n]*)"|<([^>
 _DEFINE_RE = re.compile(r'^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+(?:"([^"\n]*)"|<([^>\n]*)>)[ \t]*$',
                         re.M)
 _PRE_INCLUDE_FLAGS = ("--pre-include=", "-include=")
-_INCLUDE_PATH_FLAGS = ("--include-path=", "-I")
 
 
 class UnresolvedInclude(Exception):
@@ -57,8 +57,9 @@ class _Scanned(NamedTuple):
     computed: tuple[str, ...]
 
 
-def scan(text: str) -> _Scanned:
-    """The includes, #define'd header names and computed includes in one file's text."""
+def scan(text: str, data: bytes | None = None) -> _Scanned:
+    """The includes, #define'd header names and computed includes in one file's text (hashed
+    as `data`, its bytes, when given)."""
     includes: list[Include] = []
     computed: list[str] = []
     for m in _DIRECTIVE_RE.finditer(text):
@@ -74,12 +75,13 @@ def scan(text: str) -> _Scanned:
                                 m.group(2) is not None, bool(m.group(1))))
     macros = {m.group(1): Include(m.group(2) if m.group(2) is not None else m.group(3),
                                   m.group(2) is not None) for m in _DEFINE_RE.finditer(text)}
-    return _Scanned(hashlib.sha256(text.encode()).hexdigest(), tuple(includes), macros,
-                    tuple(computed))
+    if data is None:
+        data = text.encode("utf-8", "surrogateescape")
+    return _Scanned(hashlib.sha256(data).hexdigest(), tuple(includes), macros, tuple(computed))
 
 
-# path -> (stat signature, hashed_at, scanned)
-_file_memo: dict[str, tuple[tuple[int, int, int], float, _Scanned]] = {}
+# path -> (stat signature, scanned), for files whose stat was not racy when scanned
+_file_memo: dict[str, tuple[tuple[int, int, int, int], _Scanned]] = {}
 _text_memo: dict[str, _Scanned] = {}
 
 
@@ -92,118 +94,85 @@ def _scan_text(text: str) -> _Scanned:
     return s
 
 
-def _sig(st: os.stat_result) -> tuple[int, int, int]:
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-
-def _scan_file(path: str, st: os.stat_result) -> _Scanned:
-    sig = _sig(st)
+def _scan_file(path: str, st: os.stat_result, since: float) -> _Scanned:
+    sig = file_sig(st)
     memo = _file_memo.get(path)
-    if memo is not None and memo[0] == sig and memo[1] - st.st_mtime_ns / 1e9 > RACY_S:
-        return memo[2]
-    now = time.time()
+    if memo is not None and memo[0] == sig:
+        return memo[1]
     with open(path, "rb") as f:
-        text = f.read().decode("utf-8", "surrogateescape")
-    scanned = scan(text)
+        data = f.read()
+    scanned = scan(data.decode("utf-8", "surrogateescape"), data)
     if len(_file_memo) > 16384:
         _file_memo.clear()
-    _file_memo[path] = (sig, now, scanned)
+    if not is_racy(st, since):  # a later write in the same clock tick would keep this stat
+        _file_memo[path] = (sig, scanned)
     return scanned
 
 
 class Resolution:
     """What a compile may read: `deps` in discovery order as (kind, name, sha256) with kind
     "memory" (an in-memory header, by include name) or "file" (absolute path); `missing` the
-    include names found nowhere; and what to stat to know it still holds."""
+    include names found nowhere; `snapshot` what to stat to know it still holds."""
 
     def __init__(self) -> None:
         self.deps: list[tuple[str, str, str]] = []
         self.missing: list[str] = []
-        self.files: dict[str, tuple[int, int, int]] = {}
-        self.dirs: dict[str, tuple[int, int] | None] = {}
-        self.cwd: str | None = None
-        self.stable = True
-        self.created = time.time()
+        self.snapshot = Snapshot()
 
     def key(self) -> dict[str, list]:
         return {"headers": [list(d) for d in self.deps], "missing": list(self.missing)}
 
     def still_valid(self) -> bool:
-        """True if nothing it depends on changed: each file's and searched directory's stat,
-        and the current directory where the main source's quoted includes start."""
-        if not self.stable:
-            return False
-        if self.cwd is not None and os.getcwd() != self.cwd:
-            return False
-        stat = os.stat
-        try:
-            for path, sig in self.files.items():
-                st = stat(path)
-                if (st.st_mtime_ns, st.st_size, st.st_ino) != sig:
-                    return False
-        except OSError:
-            return False
-        for d, dsig in self.dirs.items():
-            try:
-                st = stat(d)
-            except OSError:
-                if dsig is not None:
-                    return False
-                continue
-            if dsig is None or (st.st_mtime_ns, st.st_ino) != dsig:
-                return False
-        return True
-
-
-def extra_include_dirs(extra: Sequence[str]) -> list[str]:
-    out = []
-    for flag in extra:
-        for prefix in _INCLUDE_PATH_FLAGS:
-            if flag.startswith(prefix) and len(flag) > len(prefix):
-                out.append(os.path.abspath(flag[len(prefix):]))
-    return out
+        """True if nothing it depends on changed (Snapshot.check)."""
+        return self.snapshot.check()
 
 
 def pre_includes(extra: Sequence[str]) -> list[str]:
     return [flag.split("=", 1)[1] for flag in extra if flag.startswith(_PRE_INCLUDE_FLAGS)]
 
 
-def resolve(source: str, *, name: str, include_dirs: Sequence[str],
-            headers: Mapping[str, str], defines: Sequence[tuple[str, str | None]] = (),
-            extra: Sequence[str] = ()) -> Resolution:
-    """Every header `source` can read, transitively. Raises UnresolvedInclude for a computed
-    include it cannot follow."""
+def may_read_headers(source: str, extra: Sequence[str] = ()) -> bool:
+    """True if the source can read any header at all (a quick test before keying)."""
+    main = _scan_text(source)
+    return bool(main.includes or main.computed or pre_includes(extra))
+
+
+def resolve(source: str, *, name: str, include_dirs: Sequence[str] = (),
+            headers: Mapping[str, str] | None = None,
+            defines: Sequence[tuple[str, str | None]] = (), extra: Sequence[str] = (),
+            search: SearchPath | None = None) -> Resolution:
+    """Every header `source` can read, transitively, searching `search` (or, without one,
+    `headers` and `include_dirs` plus -I flags in `extra`). Raises UnresolvedInclude for a
+    computed include it cannot follow."""
+    if search is None:
+        dirs = tuple(str(d) for d in include_dirs) + tuple(extra_include_dirs(extra))
+        search = SearchPath(dict(headers or {}), dirs, ())
+    headers = search.headers
+    dirs = list(search.dirs)
     res = Resolution()
-    dirs = [str(d) for d in include_dirs] + extra_include_dirs(extra)
+    snap = res.snapshot
+    since = snap.recorded_at
     macros: dict[str, Include] = {}
     for dname, value in defines:
         if value and len(value) > 2 and value[0] + value[-1] in ('""', "<>"):
             macros[dname] = Include(value[1:-1], value[0] == '"')
-    now = time.time()
     cwd = os.getcwd()
     seen: set[tuple[str, str]] = set()
     missing: set[str] = set()
+    dir_cache: dict[str, tuple[str, Any]] = {}
+    if search.relative:  # NVRTC resolves a relative -I against the current directory
+        snap.cwd = cwd
+    roots = [d.rstrip(os.sep) + os.sep for d in dirs]
+
+    from_cwd: set[str] = set()  # includer directories that depend on the current directory
 
     def base_dir(of_name: str) -> str:
         # NVRTC treats the main source's name (and an in-memory header's) as a path relative
         # to the current directory: "quoted" includes from it start there.
-        res.cwd = cwd if not os.path.isabs(of_name) else res.cwd
-        return os.path.dirname(os.path.join(cwd, of_name))
-
-    def watch_dir(d: str) -> None:
-        if d in res.dirs:
-            return
-        try:
-            st = os.stat(d)
-        except OSError:
-            res.dirs[d] = None
-            parent = os.path.dirname(d)
-            if parent and parent != d:
-                watch_dir(parent)  # its creation changes the parent's mtime
-            return
-        res.dirs[d] = (st.st_mtime_ns, st.st_ino)
-        if now - st.st_mtime_ns / 1e9 <= RACY_S:
-            res.stable = False
+        d = os.path.dirname(os.path.join(cwd, of_name))
+        if not os.path.isabs(of_name):
+            from_cwd.add(d)
+        return d
 
     def find(inc: Include, includer_dir: str | None, includer_root: int | None):
         if inc.name in headers:
@@ -211,26 +180,28 @@ def resolve(source: str, *, name: str, include_dirs: Sequence[str],
         if os.path.isabs(inc.name):
             candidates = [inc.name]
         else:
-            search: list[str] = []
+            search_dirs: list[str] = []
             if inc.quoted and includer_dir is not None and not inc.next:
-                search.append(includer_dir)
+                search_dirs.append(includer_dir)
+                if includer_dir in from_cwd:
+                    snap.cwd = cwd
             start = includer_root + 1 if inc.next and includer_root is not None else 0
-            search += dirs[start:]
-            candidates = [os.path.normpath(os.path.join(d, inc.name)) for d in search]
+            search_dirs += dirs[start:]
+            candidates = [os.path.normpath(os.path.join(d, inc.name)) for d in search_dirs]
         for cand in candidates:
             try:
                 st = os.stat(cand)
             except OSError:
-                watch_dir(os.path.dirname(cand))
+                snap.add_absent(cand, dir_cache)
                 continue
             if stat_mod.S_ISREG(st.st_mode):
                 return ("file", cand, st)
-            watch_dir(os.path.dirname(cand))
+            snap.add_absent(cand, dir_cache)
         return None
 
     def root_of(path: str) -> int | None:
-        for i, d in enumerate(dirs):
-            if path.startswith(d.rstrip(os.sep) + os.sep):
+        for i, r in enumerate(roots):
+            if path.startswith(r):
                 return i
         return None
 
@@ -264,10 +235,8 @@ def resolve(source: str, *, name: str, include_dirs: Sequence[str],
                 if ident in seen:
                     continue
                 seen.add(ident)
-                sub = _scan_file(path, st)
-                res.files[path] = _sig(st)
-                if now - st.st_mtime_ns / 1e9 <= RACY_S:
-                    res.stable = False
+                sub = _scan_file(path, st, since)
+                snap.add_file(path, st, sub.sha256)
                 res.deps.append(("file", path, sub.sha256))
                 visit(sub, os.path.dirname(path), root_of(path))
 

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
-from ..errors import CompileError, KjitError
+from ..errors import KjitError
+from .diagnostics import compile_error
 from .options import CompileOptions, nvrtc_flags
+from .search import SearchPath
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,12 +38,16 @@ def _read(prog, size_fn, get_fn, what: str) -> bytes:
 
 
 def compile_source(source: str, *, name: str, arch: str, target: str, options: CompileOptions,
-                   name_expressions: Sequence[str] = ()) -> tuple[bytes, str, dict[str, str], float]:
-    """Compile with NVRTC. Returns (code, log, lowered names, milliseconds)."""
+                   name_expressions: Sequence[str] = (), search: Any = None
+                   ) -> tuple[bytes, str, dict[str, str], float]:
+    """Compile with NVRTC. Returns (code, log, lowered names, milliseconds). `search`: the
+    compile's SearchPath (compiler/search.py): its in-memory headers and toolkit directories."""
     from cuda.bindings import nvrtc
 
-    flags = nvrtc_flags(options, arch, target)
-    headers = options.headers
+    path = search if search is not None else SearchPath(options.headers, (), ())
+    # the toolkit's directories go last, after the user's -I flags and any in `extra`
+    flags = nvrtc_flags(options, arch, target) + [f"-I{d}" for d in path.automatic_dirs]
+    headers = path.headers
     t0 = time.perf_counter()
     err, prog = nvrtc.nvrtcCreateProgram(
         source.encode(), name.encode(), len(headers),
@@ -56,8 +62,16 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
         log_text = log.rstrip(b"\0").decode("utf-8", "replace")
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             _, text = nvrtc.nvrtcGetErrorString(result)
-            raise CompileError(
-                f"NVRTC could not compile {name} for {arch} ({text.decode()})",
+            message = f"NVRTC could not compile {name} for {arch} ({text.decode()})"
+            if path.automatic_dirs:
+                from .toolkit_headers import failure_note
+                note = failure_note(log_text, ".".join(map(str, version())))
+                message += f"\n{note}" if note else ""
+            from .stdheaders import explain_missing
+            hint = explain_missing(log_text, options.std_headers)
+            message += f"\n{hint}" if hint else ""
+            raise compile_error(
+                message,
                 log=log_text, options=flags, source=source, name=name, compiler="NVRTC")
         getters = {
             "ptx": (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX),

@@ -28,7 +28,11 @@ class CompileOptions:
     std: C++ dialect ("c++17"); defines: macros, a mapping (NAME -> value or None) or a
     sequence of "NAME" / "NAME=value"; include_dirs: directories searched for #include;
     headers: in-memory headers, include name -> text; fast_math; line_info; debug (-G);
-    max_registers; relocatable (-rdc, for linking); extra: raw compiler flags.
+    max_registers; relocatable (-rdc, for linking); extra: raw compiler flags;
+    toolkit_headers: search the CUDA toolkit and CCCL headers from NVIDIA's wheels after
+    everything else (HIP: the names of hiprtc's built-in headers); see docs/headers.md.
+    std_headers: kjit's device-side <cstdint>, <cmath>, <cstdio>, <algorithm>... (NVRTC only,
+    searched after every other directory; docs/headers.md).
     """
 
     std: str | None = None
@@ -41,6 +45,8 @@ class CompileOptions:
     max_registers: int | None = None
     relocatable: bool = False
     extra: Sequence[str] = ()
+    toolkit_headers: bool = True
+    std_headers: bool = True
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
@@ -63,7 +69,8 @@ class CompileOptions:
                 raise InvalidOptionError(f"header {k!r}: names and contents must be strings")
         set_("headers", dict(sorted((k, v.decode() if isinstance(v, bytes) else v)
                                     for k, v in self.headers.items())))
-        for flag in ("fast_math", "line_info", "debug", "relocatable"):
+        for flag in ("fast_math", "line_info", "debug", "relocatable", "toolkit_headers",
+                     "std_headers"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidOptionError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.max_registers is not None:
@@ -93,7 +100,8 @@ class CompileOptions:
             "include_dirs": list(self.include_dirs), "headers": sorted(self.headers),
             "fast_math": self.fast_math, "line_info": self.line_info, "debug": self.debug,
             "max_registers": self.max_registers, "relocatable": self.relocatable,
-            "extra": list(self.extra),
+            "extra": list(self.extra), "toolkit_headers": self.toolkit_headers,
+            "std_headers": self.std_headers,
         }
 
 

@@ -19,7 +19,7 @@ from .choice import BACKENDS, Choice, choose_backend
 from .inputs import InputLike, LinkInput, normalize
 from .options import LinkOptions
 
-__all__ = ["link", "LinkOptions", "LinkResult", "BACKENDS", "LinkInput"]
+__all__ = ["link", "ptx_to_cubin", "LinkOptions", "LinkResult", "BACKENDS", "LinkInput"]
 
 
 @dataclass(frozen=True)
@@ -268,3 +268,17 @@ def _driver_version_or_none(backend: str) -> int | None:
         return None
     from .driver import version
     return version()
+
+
+def ptx_to_cubin(ptx: bytes, arch: str, *, cache: bool = True) -> ObjectCode:
+    """Compile one PTX module to a cubin for `arch` with nvJitLink; no GPU needed.
+
+    The module loader uses this for PTX newer than the driver accepts. Cached like any link.
+    """
+    a = arch_mod.parse(arch)
+    if a.backend != "cuda":
+        raise InvalidOptionError(f"ptx_to_cubin needs a CUDA arch (sm_XY), got {arch!r}")
+    if isinstance(ptx, str):
+        ptx = ptx.encode()
+    obj = ObjectCode(bytes(ptx), kind="ptx", name="module.ptx")
+    return link([obj], arch=a.sm, backend="nvjitlink", cache=cache).object

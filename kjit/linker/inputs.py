@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Union
 
-from ..elf import ElfFile, ElfFormatError
+from ..formats.elf import ElfFile, ElfFormatError
 from ..errors import InvalidOptionError
 from ..objectcode import ObjectCode
 
@@ -94,6 +94,14 @@ def _from_object(obj: ObjectCode, path: Path | None, label: str) -> dict[str, An
         raise InvalidOptionError(
             f"link input {label} is {obj.kind!r} (AMD code): the CUDA linkers take PTX, cubin, "
             "fatbin, LTO-IR, host objects and archives")
+    if obj.kind == "fatbin":
+        # The linkers trust a fatbin's headers (nvJitLink crashes on an LZ4 entry that
+        # decodes past its declared size): check every entry first.
+        from ..formats.fatbin import read_fatbin
+        try:
+            read_fatbin(obj.code)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"link input {label}: {exc}") from None
     # Key on what the bytes say (arch=None re-derives it): a PTX file read from disk and the
     # same PTX fresh from kjit.compile (labelled sm_90, not compute_90) are one input.
     return dict(code=obj.code, kind=obj.kind, digest=digest(obj.with_(arch=None)), arch=obj.arch, path=path,

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from ..errors import InvalidOptionError, LinkError
+from ..errors import LinkError
 from . import diagnostics
 
 if TYPE_CHECKING:
-    from ..objectcode import ObjectCode
     from .inputs import LinkInput
     from .options import LinkOptions
 
@@ -132,20 +131,3 @@ def link(inputs: Sequence["LinkInput"], *, arch: str, options: "LinkOptions", lt
     finally:
         nj.destroy(handle)
     return Linked(bytes(cubin), info_log, error_log, (time.perf_counter() - t0) * 1e3)
-
-
-def ptx_to_cubin(ptx: bytes, arch: str, *, cache: bool = True) -> "ObjectCode":
-    """Compile one PTX module to a cubin for `arch` with nvJitLink; no GPU needed.
-
-    The module loader uses this for PTX newer than the driver accepts. Cached like any link.
-    """
-    from ..arch import parse
-    from . import link as kjit_link
-    a = parse(arch)
-    if a.backend != "cuda":
-        raise InvalidOptionError(f"ptx_to_cubin needs a CUDA arch (sm_XY), got {arch!r}")
-    if isinstance(ptx, str):
-        ptx = ptx.encode()
-    from ..objectcode import ObjectCode
-    obj = ObjectCode(bytes(ptx), kind="ptx", name="module.ptx")
-    return kjit_link([obj], arch=a.sm, backend="nvjitlink", cache=cache).object

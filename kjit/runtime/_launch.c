@@ -2,9 +2,11 @@
  * ten plain ints. cuda.bindings' own cuLaunchKernel wrapper converts each argument through
  * helper objects, which costs as much as the rest of a kjit launch together; this keeps the
  * hot path to one C call. Optional: kjit falls back to cuda.bindings when it is not built.
- * The result code is returned as an int and checked by the caller like any driver result. */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+ * The result code is returned as an int and checked by the caller like any driver result.
+ * Two queries ride along (kjit/runtime/libcuda.py): the current context, asked before every
+ * launch (the current device decides where a kernel runs), and the device that owns a
+ * foreign pointer, which cuda.bindings 13.3-13.5 answer wrongly for every device but 0. */
+#include "_launch.h"
 #include <dlfcn.h>
 #include <math.h>
 #include <stddef.h>
@@ -13,7 +15,11 @@
 
 typedef int (*launch_fn)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                          unsigned, void*, void**, void**);
+typedef int (*pointer_attrs_fn)(unsigned, int*, void**, unsigned long long);
 static launch_fn cu_launch = NULL;
+ctx_current_fn kjit_cu_ctx_current = NULL;
+#define cu_ctx_current kjit_cu_ctx_current
+static pointer_attrs_fn cu_pointer_attrs = NULL;
 
 static PyObject* bind(PyObject* self, PyObject* noargs) {
     if (cu_launch) Py_RETURN_NONE;
@@ -24,12 +30,53 @@ static PyObject* bind(PyObject* self, PyObject* noargs) {
         PyErr_Format(PyExc_OSError, "libcuda.so.1 could not be loaded: %s", dlerror());
         return NULL;
     }
-    cu_launch = (launch_fn)dlsym(h, "cuLaunchKernel");
-    if (!cu_launch) {
-        PyErr_SetString(PyExc_OSError, "libcuda.so.1 has no cuLaunchKernel");
+    void* launch_sym = dlsym(h, "cuLaunchKernel");
+    void* current_sym = dlsym(h, "cuCtxGetCurrent");
+    void* attrs_sym = dlsym(h, "cuPointerGetAttributes");
+    if (!launch_sym || !current_sym || !attrs_sym) {
+        PyErr_SetString(PyExc_OSError, "libcuda.so.1 lacks cuLaunchKernel, cuCtxGetCurrent or "
+                        "cuPointerGetAttributes");
         return NULL;
     }
+    cu_ctx_current = (ctx_current_fn)current_sym;
+    cu_pointer_attrs = (pointer_attrs_fn)attrs_sym;
+    cu_launch = (launch_fn)launch_sym;   /* last: its being set means all three are */
     Py_RETURN_NONE;
+}
+
+static int require_bound(void) {
+    if (cu_launch) return 1;
+    PyErr_SetString(PyExc_RuntimeError, "kjit._launch.bind() was not called");
+    return 0;
+}
+
+/* current_context() -> address of the context current in this thread, 0 for none */
+static PyObject* current_context(PyObject* self, PyObject* noargs) {
+    if (!require_bound()) return NULL;
+    void* ctx = NULL;
+    if (cu_ctx_current(&ctx) != 0) ctx = NULL;
+    return PyLong_FromVoidPtr(ctx);
+}
+
+/* pointer_device(address) -> ordinal of the device whose memory it is; -1 for host, managed
+ * and unknown memory. Zeroed 8-byte cells: the driver writes 4 bytes (enums, the ordinal)
+ * or fewer (the managed flag). */
+enum { ATTR_MEMORY_TYPE = 2, ATTR_IS_MANAGED = 8, ATTR_DEVICE_ORDINAL = 9, MEMORYTYPE_DEVICE = 2 };
+static PyObject* pointer_device(PyObject* self, PyObject* arg) {
+    if (!require_bound()) return NULL;
+    unsigned long long addr = PyLong_AsUnsignedLongLong(arg);
+    if (addr == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    int attrs[3] = {ATTR_MEMORY_TYPE, ATTR_DEVICE_ORDINAL, ATTR_IS_MANAGED};
+    uint64_t mem_type = 0, ordinal = 0, managed = 0;
+    void* data[3] = {&mem_type, &ordinal, &managed};
+    int r;
+    Py_BEGIN_ALLOW_THREADS  /* the driver takes a lock other threads may hold */
+    r = cu_pointer_attrs(3, attrs, data, addr);
+    Py_END_ALLOW_THREADS
+    if (r != 0 || (uint32_t)mem_type != MEMORYTYPE_DEVICE || managed) return PyLong_FromLong(-1);
+    int32_t ord;
+    memcpy(&ord, &ordinal, 4);   /* little-endian: the int the driver wrote */
+    return PyLong_FromLong(ord);
 }
 
 /* launch(func, gx, gy, gz, bx, by, bz, shared_mem, stream, params) -> CUresult as int */
@@ -39,10 +86,7 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "launch takes 10 ints");
         return NULL;
     }
-    if (!cu_launch) {
-        PyErr_SetString(PyExc_RuntimeError, "kjit._launch.bind() was not called");
-        return NULL;
-    }
+    if (!require_bound()) return NULL;
     for (int i = 0; i < 10; i++) {
         v[i] = PyLong_AsUnsignedLongLong(args[i]);
         if (v[i] == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
@@ -108,7 +152,11 @@ static Py_ssize_t pack_args(const char* spec, Py_ssize_t n, PyObject* tokens,
                     if (!isinf(f) || isinf(d)) { memcpy(dst, &f, 4); ok = 1; }  /* overflow: Python says so */
                 }
             }
-        } else if (kind == K_ARRAY && Py_TYPE(v) == array_type) {
+        } else if (kind == K_ARRAY && Py_TYPE(v) != array_type) {
+            unsigned long long addr;
+            ok = kjit_foreign_array(v, PyTuple_GET_ITEM(tokens, i), &addr);
+            if (ok) memcpy(dst, &addr, 8);
+        } else if (kind == K_ARRAY) {
             PyObject* key = PyObject_GetAttr(v, s_launch_key);
             if (!key) return -2;
             int same = key == PyTuple_GET_ITEM(tokens, i);
@@ -147,9 +195,10 @@ static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
 }
 
 /* Launcher: one kernel launch configuration as a callable, `k[grid, block]`. Its call packs
- * and launches in C; anything else (another thread, an argument the C packer declines, a
- * wrong count, keywords, a failed launch) goes to `fallback`, the Python launcher for the
- * same configuration, which does the whole launch itself and raises kjit's errors. */
+ * and launches in C; anything else (another thread, another current context, an argument
+ * the C packer declines, a wrong count, keywords, a failed launch) goes to `fallback`, the
+ * Python launcher for the same configuration, which does the whole launch itself (on the
+ * current device) and raises kjit's errors. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -165,14 +214,17 @@ typedef struct {
     void* stream;
     void** params;
     unsigned dims[7];       /* grid xyz, block xyz, dynamic shared memory */
-    unsigned long owner;    /* the thread whose context the kernel's module lives in */
+    unsigned long owner;    /* the thread that owns `buf` (the kernel's first) */
+    void* ctx;              /* the kernel's context: launched here only while it is current */
 } Launcher;
 
 static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
     Launcher* L = (Launcher*)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    void* current = NULL;
     if (kwnames || PyThread_get_thread_ident() != L->owner ||
-            nargs != PyBytes_GET_SIZE(L->spec) / 8 || !cu_launch)
+            nargs != PyBytes_GET_SIZE(L->spec) / 8 || !cu_launch ||
+            cu_ctx_current(&current) != 0 || current != L->ctx)
         return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
     Py_ssize_t r = pack_args(PyBytes_AS_STRING(L->spec), nargs, L->tokens, args, L->buf,
                              (PyTypeObject*)L->array_type);
@@ -223,16 +275,16 @@ static PyTypeObject LauncherType = {
 };
 
 /* launcher(fallback, on_error, spec, tokens, array_type, last, name, buffer, func, stream,
- *          params, gx, gy, gz, bx, by, bz, shared_mem, owner) -> Launcher */
+ *          params, gx, gy, gz, bx, by, bz, shared_mem, owner, context) -> Launcher */
 static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
-    if (nargs != 19 || !PyBytes_Check(a[2]) || !PyTuple_Check(a[3]) || !PyType_Check(a[4]) ||
+    if (nargs != 20 || !PyBytes_Check(a[2]) || !PyTuple_Check(a[3]) || !PyType_Check(a[4]) ||
             !PyList_Check(a[5]) || PyList_GET_SIZE(a[5]) < 1) {
         PyErr_SetString(PyExc_TypeError, "launcher(fallback, on_error, spec, tokens, array_type, last, "
-                        "name, buffer, func, stream, params, gx, gy, gz, bx, by, bz, shared_mem, owner)");
+                        "name, buffer, func, stream, params, gx, gy, gz, bx, by, bz, shared_mem, owner, context)");
         return NULL;
     }
-    unsigned long long v[12];
-    for (int i = 0; i < 12; i++) {
+    unsigned long long v[13];
+    for (int i = 0; i < 13; i++) {
         v[i] = PyLong_AsUnsignedLongLong(a[7 + i]);
         if (v[i] == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     }
@@ -248,13 +300,18 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
     L->params = (void**)(uintptr_t)v[3];
     for (int i = 0; i < 7; i++) L->dims[i] = (unsigned)v[4 + i];
     L->owner = (unsigned long)v[11];
+    L->ctx = (void*)(uintptr_t)v[12];
     PyObject_GC_Track((PyObject*)L);
     return (PyObject*)L;
 }
 
 static PyMethodDef methods[] = {
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, "pack(spec, tokens, args, buffer, array_type) -> int"},
-    {"bind", (PyCFunction)bind, METH_NOARGS, "Resolve cuLaunchKernel in libcuda."},
+    {"register_foreign", (PyCFunction)(void (*)(void))kjit_register_foreign, METH_FASTCALL,
+     "register_foreign(type, kind, dtype, typestr): arrays of `type` with `dtype` are packed in C"},
+    {"bind", (PyCFunction)bind, METH_NOARGS, "Resolve kjit's libcuda functions."},
+    {"current_context", (PyCFunction)current_context, METH_NOARGS, "cuCtxGetCurrent() -> int (0: none)"},
+    {"pointer_device", (PyCFunction)pointer_device, METH_O, "The device owning a pointer, -1 if none/unknown."},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "cuLaunchKernel(...) -> int"},
     {"launcher", (PyCFunction)(void (*)(void))make_launcher, METH_FASTCALL, "A Launcher for one configuration."},
     {NULL, NULL, 0, NULL},
@@ -266,6 +323,13 @@ PyMODINIT_FUNC PyInit__launch(void) {
     s_launch_key = PyUnicode_InternFromString("launch_key");
     s_ptr = PyUnicode_InternFromString("ptr");
     if (!s_launch_key || !s_ptr) return NULL;
+    if (kjit_foreign_init() < 0) return NULL;
     if (PyType_Ready(&LauncherType) < 0) return NULL;
-    return PyModule_Create(&module);
+    PyObject* m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (kjit_tables_init(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -6,6 +6,7 @@ block of code; `kjit.Context` is an explicit context (cuCtxCreate) for plugin-st
 """
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from .. import driver
@@ -13,13 +14,22 @@ from ..errors import DriverError, KjitError
 
 
 class Device:
-    """A CUDA device. `with kjit.Device(1): ...` makes its primary context current there."""
+    """A CUDA device. `with kjit.Device(1): ...` makes its primary context current in this
+    thread (as torch.cuda.device(1) and cupy.cuda.Device(1) do): kernels launched inside run
+    on device 1, and arrays made inside live there."""
 
     def __init__(self, ordinal: int = 0):
         if isinstance(ordinal, bool) or not isinstance(ordinal, int) or ordinal < 0:
             raise KjitError(f"device ordinal must be an int >= 0, got {ordinal!r}")
         self.ordinal = ordinal
-        self._saved: list[tuple[int, Any]] = []
+        self._local = threading.local()   # each thread entering this Device restores its own
+
+    @property
+    def _saved(self) -> list[tuple[int, Any]]:
+        saved = getattr(self._local, "saved", None)
+        if saved is None:
+            saved = self._local.saved = []
+        return saved
 
     @property
     def context(self) -> Any:
@@ -43,6 +53,30 @@ class Device:
         attr = getattr(drv.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_" + name.upper())
         dev = driver.call(drv.cuDeviceGet, self.ordinal)
         return int(driver.call(drv.cuDeviceGetAttribute, attr, dev))
+
+    def can_access_peer(self, peer: "int | Device") -> bool:
+        """Whether kernels on this device can read and write `peer`'s memory directly."""
+        drv = driver.bindings()
+        other = peer.ordinal if isinstance(peer, Device) else int(peer)
+        dev, peer_dev = (driver.call(drv.cuDeviceGet, o) for o in (self.ordinal, other))
+        return bool(driver.call(drv.cuDeviceCanAccessPeer, dev, peer_dev))
+
+    def enable_peer_access(self, peer: "int | Device") -> None:
+        """Let kernels on this device use `peer`'s memory: pass such memory as
+        kjit.ptr(address), since kjit refuses an array of another device otherwise. Peer access
+        is a choice the program makes explicitly (it maps memory across devices); enabling it
+        twice is fine."""
+        other = peer.ordinal if isinstance(peer, Device) else int(peer)
+        if other == self.ordinal:
+            return
+        if not self.can_access_peer(other):
+            raise KjitError(f"device {self.ordinal} cannot access device {other}'s memory directly "
+                            "(no peer access between them): copy the data instead")
+        drv = driver.bindings()
+        with self:
+            (err,) = drv.cuCtxEnablePeerAccess(driver.primary_context(other), 0)
+        if err and err != drv.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+            driver.raise_for(err, "cuCtxEnablePeerAccess")
 
     def make_current(self) -> None:
         driver.set_default_device(self.ordinal)
@@ -72,6 +106,9 @@ class Device:
 
     def __hash__(self) -> int:
         return hash(("kjit.Device", self.ordinal))
+
+    def __reduce__(self) -> tuple:
+        return (Device, (self.ordinal,))   # the per-thread stack stays behind
 
 
 class Context:
@@ -145,11 +182,12 @@ def synchronize() -> None:
         raise_async(err, "cuCtxSynchronize")
 
 
-def raise_async(err: Any, what: str) -> None:
+def raise_async(err: Any, what: str, context: Any = None) -> None:
     try:
-        driver.raise_for(err, what)
+        driver.raise_for(err, what, context=context)
     except DriverError as exc:
         if last_launch[0]:
-            exc.hint = (f"the fault came from work queued before this call; the kernel launched "
-                        f"last was {last_launch[0]!r}")
+            exc.hint = "\n".join(filter(None, [
+                f"the fault came from work queued before this call; the kernel launched last "
+                f"was {last_launch[0]!r}", exc.hint]))
         raise

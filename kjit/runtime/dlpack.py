@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import ArgumentError
 from . import dtypes
 
-kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged = 1, 2, 3, 13
+kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged = 1, 2, 3, 13   # pointers.py keeps the same numbers
 _CODES = {"i": 0, "u": 1, "f": 2, "b": 6, "c": 5}
 
 
@@ -76,9 +76,10 @@ def to_capsule(array: Any) -> Any:
     return _api.PyCapsule_New(ctypes.addressof(managed), b"dltensor", None)
 
 
-def describe(obj: Any) -> tuple[int, str, int, tuple[int, ...], tuple[int, ...] | None, int]:
+def describe(obj: Any) -> tuple[int, str, int, tuple[int, ...], tuple[int, ...] | None,
+                              int | None]:
     """(data pointer, typestr, itemsize, shape, strides in bytes or None, device id) of a CUDA
-    __dlpack__ object."""
+    __dlpack__ object; the device id is None for managed memory, which every device reads."""
     dev_type, dev_id = obj.__dlpack_device__()
     if int(dev_type) not in (kDLCUDA, kDLCUDAManaged):
         raise ArgumentError(
@@ -98,4 +99,5 @@ def describe(obj: Any) -> tuple[int, str, int, tuple[int, ...], tuple[int, ...] 
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = (tuple(t.strides[i] * itemsize for i in range(t.ndim))
                if t.strides else None)
-    return int(t.data or 0) + int(t.byte_offset), typestr, itemsize, shape, strides, int(dev_id)
+    device = None if int(dev_type) == kDLCUDAManaged else int(dev_id)
+    return int(t.data or 0) + int(t.byte_offset), typestr, itemsize, shape, strides, device

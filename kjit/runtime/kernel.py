@@ -3,6 +3,12 @@
 `k[grid, block](*args)` returns a launcher cached per configuration; a launcher's code is
 generated once per kernel so that a launch converts and packs all arguments with one
 struct.pack_into into a buffer whose void** array the driver reads, then calls cuLaunchKernel.
+
+A Kernel is loaded in one context (one device). The context current in the launching thread
+decides where a launch runs: while another one is current (torch.cuda.device(1),
+cupy.cuda.Device(1), kjit.Device(1)), the launch goes to the same kernel of the module in
+that context, loaded there on first use. A stream must belong to the context the launch
+runs in; one of another device is refused before anything is launched.
 """
 from __future__ import annotations
 
@@ -10,27 +16,18 @@ import ctypes
 import os
 import struct
 import threading
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple
 
 from .. import driver
 from ..errors import ArgumentError, DriverError
 from . import context as context_mod
+from .libcuda import c_function, current_context_fn, extension
+from .memory import PendingCopies
 from .params import Packer, ParamSlot
-from .stream import as_handle
+from .stream import as_handle, check_stream_context
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 _MAX_CONFIGS = 512
-
-
-def c_function(name: str) -> Callable[..., Any] | None:
-    """A function of the compiled extension (kjit/runtime/_launch.c), None when not built:
-    "pack" (the argument packer) or "launcher" (`k[grid, block]` as one C callable that
-    packs and launches, handing anything unusual to the Python launcher it wraps)."""
-    try:
-        from . import _launch
-    except ImportError:
-        return None
-    return getattr(_launch, name, None)
 
 
 def c_launch() -> Callable[..., int] | None:
@@ -38,12 +35,8 @@ def c_launch() -> Callable[..., int] | None:
     cuLaunchKernel: when it was not built, or KJIT_LAUNCH=bindings asks for the fallback."""
     if os.environ.get("KJIT_LAUNCH", "").strip().lower() == "bindings":
         return None
-    try:
-        from . import _launch
-        _launch.bind()
-    except (ImportError, OSError):
-        return None
-    return _launch.launch
+    ext = extension()
+    return ext.launch if ext is not None else None
 
 
 def cdiv(a: int, b: int) -> int:
@@ -62,6 +55,26 @@ def _dim3(value: Any, what: str) -> tuple[int, int, int]:
         if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d < 2**32:
             raise ArgumentError(f"{what} dimensions must be ints in 1..2**32-1, got {value!r}")
     return dims  # type: ignore[return-value]
+
+
+class _PyKernelBase:
+    """k[config] in Python, where the C extension (its KernelBase) is not built."""
+
+    __slots__ = ()
+
+    def __getitem__(self, config: Any) -> Callable[..., None]:
+        try:
+            launcher = self._configs.get(config)  # type: ignore[attr-defined]
+        except TypeError:   # k[[2, 1], 32]: lists are fine, just not as a cache key
+            launcher = None
+        if launcher is None:
+            launcher = self._configure(config)  # type: ignore[attr-defined]
+        return launcher
+
+
+# k[grid, block] is the README's idiom: the C base does its table lookup without a Python
+# frame (about a tenth of a launch's cost), and calls _configure on a miss.
+_KernelBase: type = c_function("KernelBase") or _PyKernelBase
 
 
 class Attributes(NamedTuple):
@@ -84,9 +97,10 @@ class LaunchConfig(NamedTuple):
     shared_mem: int = 0
 
 
-class Kernel:
-    """A kernel loaded on one device. Launch with `k[grid, block](*args)`,
-    `k[grid, block, stream, shared_mem](*args)` or `k.launch(grid, block, *args, ...)`."""
+class Kernel(_KernelBase):
+    """A kernel loaded in one context (one device). Launch with `k[grid, block](*args)`,
+    `k[grid, block, stream, shared_mem](*args)` or `k.launch(grid, block, *args, ...)`; a
+    launch while another context is current runs this kernel's twin there."""
 
     def __init__(self, module: Any, handle: Any, name: str, symbol: str, slots: list[ParamSlot],
                  device: int, context: Any):
@@ -96,15 +110,16 @@ class Kernel:
         self.symbol = symbol
         self.device = device
         self.context = context
+        self._ctx = int(context)
+        self._epoch = driver.context_epoch(context)
         self.params = tuple(slots)
         self._packer = Packer(name, slots, device)
         self._buf, self._ptrs, self._ptrs_addr = self._packer.new_buffers()
         self._owner = threading.get_ident()
-        self._local = threading.local()
         self._configs: dict[Any, Callable] = {}
         self._shared_limit = DEFAULT_SHARED_LIMIT
         self._c_launch = c_launch()
-        self._pending: list = []   # In/Out copies of the launch in flight (owner thread)
+        self._current = current_context_fn()
         self._make = self._build_factory()
         self._attributes: Attributes | None = None
 
@@ -146,25 +161,22 @@ class Kernel:
         return f"kjit.Kernel({self.name}({sig}), device={self.device})"
 
     # --- launching --------------------------------------------------------------------
-    def __getitem__(self, config: Any) -> Callable[..., None]:
-        try:
-            launcher = self._configs.get(config)
-        except TypeError:   # k[[2, 1], 32]: lists are fine, just not as a cache key
-            launcher = None
-        if launcher is None:
-            launcher = self._configure(config)
-        return launcher
-
+    # k[config]: _KernelBase looks the launcher up in self._configs, else calls _configure.
     def _configure(self, config: Any) -> Callable[..., None]:
         if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
             raise ArgumentError("launch configuration is k[grid, block], k[grid, block, stream] "
                                 "or k[grid, block, stream, shared_mem]")
+        here = self._in_current_context()
+        if here is not self:   # another device is current: its twin configures (and caches) it
+            return here[config]
         grid, block = _dim3(config[0], "grid"), _dim3(config[1], "block")
         stream = as_handle(config[2] if len(config) > 2 else None)
+        check_stream_context(stream, self._ctx, self.device, self.name)
         shared = config[3] if len(config) > 3 else 0
         self._check_shared(shared)
         # the C launch call takes the stream as a plain int handle
-        launcher = self._make(*grid, *block, shared, int(stream) if self._c_launch else stream)
+        launcher = self._make(*grid, *block, shared, int(stream) if self._c_launch else stream,
+                              config)
         if len(self._configs) >= _MAX_CONFIGS:
             self._configs.clear()
         try:
@@ -185,13 +197,20 @@ class Kernel:
         through cuLaunchKernelEx."""
         if not cooperative and cluster is None:
             config = (grid, block, stream, shared_mem)
-            launcher = self._configs.get(config) if type(grid) is not list and type(block) is not list else None
+            try:
+                launcher = self._configs.get(config)
+            except TypeError:   # lists, or a stream object that cannot be a key
+                launcher = None
             (launcher or self._configure(config))(*args)
             return
         self._launch_ex(_dim3(grid, "grid"), _dim3(block, "block"), args, shared_mem,
                         as_handle(stream), cooperative, cluster)
 
     def _launch_ex(self, grid, block, args, shared_mem, stream, cooperative, cluster) -> None:
+        here = self._in_current_context()
+        if here is not self:
+            return here._launch_ex(grid, block, args, shared_mem, stream, cooperative, cluster)
+        check_stream_context(stream, self._ctx, self.device, self.name)
         drv = driver.bindings()
         self._check_shared(shared_mem)
         dev = driver.call(drv.cuDeviceGet, self.device)
@@ -229,10 +248,11 @@ class Kernel:
         cfg.hStream = stream
         cfg.attrs = attrs
         cfg.numAttrs = len(attrs)
-        buf, ptrs, addr, pending = self._pack_slow(args)
+        buf, ptrs, addr, pending = self._pack_slow(args, stream)
         context_mod.last_launch[0] = self.name
-        self._ensure_context()
-        driver.call(drv.cuLaunchKernelEx, cfg, self.handle, addr, 0)
+        (err,) = drv.cuLaunchKernelEx(cfg, self.handle, addr, 0)
+        if err:
+            self._launch_failed(err, *grid, *block, shared_mem, stream, addr, pending)
         self._finish(pending, stream)
 
     # --- the generated fast path ------------------------------------------------------
@@ -243,47 +263,51 @@ class Kernel:
             return self._build_c_factory(pack, *spec)
         return self._build_python_factory()
 
+    def _common_names(self) -> dict:
+        return dict(
+            get_ident=threading.get_ident, OWNER=self._owner, CURRENT=self._current, CTX=self._ctx,
+            ELSEWHERE=self._launch_elsewhere, Pending=PendingCopies, SLOW=self._fill_slow,
+            LAST=context_mod.last_launch, NAME=self.name, PARAMS=self._ptrs_addr,
+            FAILED=self._launch_failed, FINISH=self._finish)
+
     def _build_c_factory(self, pack: Callable, spec: bytes, tokens: tuple) -> Callable:
         """Every parameter is a number or a typed pointer: the C packer writes the common
         values (exact ints and floats, matching kjit arrays) straight into the buffer and
         hands anything else, every error included, to the Python converters."""
         from .memory import DeviceArray
         src = (
-            "def make(gx, gy, gz, bx, by, bz, shmem, stream):\n"
+            "def make(gx, gy, gz, bx, by, bz, shmem, stream, config):\n"
+            "    pending = Pending(stream)   # this configuration's In/Out copies\n"
             "    def launch(*args):\n"
-            "        if get_ident() != OWNER: return OTHER(args, gx, gy, gz, bx, by, bz, shmem, stream)\n"
-            "        if PACK(SPEC, TOKENS, args, BUFADDR, DeviceArray): SLOW(args)\n"
+            "        if get_ident() != OWNER or CURRENT() != CTX:\n"
+            "            return ELSEWHERE(args, config, gx, gy, gz, bx, by, bz, shmem, stream)\n"
+            "        if PACK(SPEC, TOKENS, args, BUFADDR, DeviceArray): SLOW(args, pending)\n"
             "        LAST[0] = NAME\n"
             "        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
-            "        if err: FAILED(err, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
-            "        if PENDING: FINISH(PENDING, stream)\n"
+            "        if err: FAILED(err, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS, pending)\n"
+            "        if pending: FINISH(pending, stream)\n"
             "    if LAUNCHER is None: return launch\n"
-            "    def failed(err): FAILED(err, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
+            "    def failed(err): FAILED(err, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS, pending)\n"
             "    return LAUNCHER(launch, failed, SPEC, TOKENS, DeviceArray, LAST, NAME, BUFADDR, FUNC,\n"
-            "                    stream, PARAMS, gx, gy, gz, bx, by, bz, shmem, OWNER)\n")
-        names = dict(
-            get_ident=threading.get_ident, OWNER=self._owner, OTHER=self._launch_other_thread,
-            LAUNCHER=c_function("launcher"),
-            PACK=pack, SPEC=spec, TOKENS=tokens, BUFADDR=ctypes.addressof(self._buf),
-            DeviceArray=DeviceArray, SLOW=self._fill_slow, LAST=context_mod.last_launch,
-            NAME=self.name, LAUNCH=self._c_launch, FUNC=int(self.handle), PARAMS=self._ptrs_addr,
-            FAILED=self._launch_failed, FINISH=self._finish, PENDING=self._pending)
+            "                    stream, PARAMS, gx, gy, gz, bx, by, bz, shmem, OWNER, CTX)\n")
+        names = dict(self._common_names(), LAUNCHER=c_function("launcher"), PACK=pack, SPEC=spec,
+                     TOKENS=tokens, BUFADDR=ctypes.addressof(self._buf), DeviceArray=DeviceArray,
+                     LAUNCH=self._c_launch, FUNC=int(self.handle))
         self._source = src
         exec(compile(src, f"<kjit launch {self.name}>", "exec"), names)
         return names["make"]
 
-    def _fill_slow(self, args: tuple) -> None:
+    def _fill_slow(self, args: tuple, pending: PendingCopies) -> None:
         """The Python converters for a launch the C packer declined: they write every
-        argument (In/Out copies go to the pending list) or raise an ArgumentError."""
+        argument (In/Out copies go to `pending`) or raise an ArgumentError."""
         try:
-            self._ensure_context()  # In/Out copies must land in the kernel's context
-            values = self._packer.convert_all(args, self._pending)
+            values = self._packer.convert_all(args, pending)
             self._packer.struct.pack_into(self._buf, 0, *values)
         except (struct.error, OverflowError):
-            self._pending.clear()
+            pending.clear()
             raise self._packer.diagnose(args) from None
         except BaseException:
-            self._pending.clear()
+            pending.clear()
             raise
 
     def _build_python_factory(self) -> Callable:
@@ -295,19 +319,20 @@ class Kernel:
         unpack = f"    {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = args\n" if n else ""
         indent = lambda text: "\n".join("    " + ln if ln else ln for ln in text.splitlines())  # noqa: E731
         src = (
-            "def make(gx, gy, gz, bx, by, bz, shmem, stream):\n"
+            "def make(gx, gy, gz, bx, by, bz, shmem, stream, config):\n"
+            "    pending = Pending(stream)   # this configuration's In/Out copies\n"
             "    def launch(*args):\n"
             f"        if len(args) != {n}: raise COUNT(len(args))\n"
-            "        if get_ident() != OWNER: return OTHER(args, gx, gy, gz, bx, by, bz, shmem, stream)\n"
+            "        if get_ident() != OWNER or CURRENT() != CTX:\n"
+            "            return ELSEWHERE(args, config, gx, gy, gz, bx, by, bz, shmem, stream)\n"
             f"{indent(unpack)}\n"
-            "        pending = PENDING\n"
             "        buf = BUF\n"
             "        try:\n"
             f"{indent(indent(convert_lines))}\n"
             f"{indent(indent(pack_tail.rstrip()))}\n"
             "        except (StructError, OverflowError):\n"
             "            pending.clear()\n"
-            "            SLOW(args)  # the careful converters: they pack it or name what is wrong\n"
+            "            SLOW(args, pending)  # the careful converters: they pack it or name what is wrong\n"
             "        except BaseException:\n"
             "            pending.clear()\n"
             "            raise\n"
@@ -315,23 +340,20 @@ class Kernel:
             + ("        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
                if self._c_launch else
                "        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS, 0)[0]\n") +
-            "        if err: FAILED(err, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
+            "        if err: FAILED(err, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS, pending)\n"
             "        if pending: FINISH(pending, stream)\n"
             "    return launch\n")
+        names.update(self._common_names())
         names.update(
-            COUNT=packer.count_error, get_ident=threading.get_ident, OWNER=self._owner,
-            OTHER=self._launch_other_thread, PENDING=self._pending, BUF=self._buf, StructError=struct.error,
-            SLOW=self._fill_slow, LAST=context_mod.last_launch, NAME=self.name,
+            COUNT=packer.count_error, BUF=self._buf, StructError=struct.error,
             LAUNCH=self._c_launch or driver.bindings().cuLaunchKernel,
-            FUNC=int(self.handle) if self._c_launch else self.handle, PARAMS=self._ptrs_addr,
-            FAILED=self._launch_failed, FINISH=self._finish)
+            FUNC=int(self.handle) if self._c_launch else self.handle)
         self._source = src
         exec(compile(src, f"<kjit launch {self.name}>", "exec"), names)
         return names["make"]
 
-    def _pack_slow(self, args: tuple) -> tuple[Any, Any, int, list]:
-        self._ensure_context()  # In/Out copies must land in the kernel's context
-        pending: list = []
+    def _pack_slow(self, args: tuple, stream: Any) -> tuple[Any, Any, int, PendingCopies]:
+        pending = PendingCopies(stream)
         values = self._packer.convert_all(args, pending)
         buf, ptrs, addr = self._packer.new_buffers()
         try:
@@ -340,44 +362,46 @@ class Kernel:
             raise self._packer.diagnose(args) from None
         return buf, ptrs, addr, pending
 
-    def _launch_other_thread(self, args, gx, gy, gz, bx, by, bz, shmem, stream) -> None:
-        """Launches from threads other than the kernel's first: per-thread buffers."""
-        buf, ptrs, addr, pending = self._pack_slow(args)
+    # --- launches off the fast path -----------------------------------------------------
+    def _in_current_context(self) -> "Kernel":
+        """This kernel if its context is the one current in this thread (a thread with none
+        gets its default device's, as for any kjit call), else the module's kernel of the
+        same name there, loaded on first use."""
+        current = self._current() or int(driver.ensure_context())
+        if current == self._ctx and driver.context_epoch(current) == self._epoch:
+            return self
+        return self.module.get_function(self.name)
+
+    def _launch_elsewhere(self, args, config, gx, gy, gz, bx, by, bz, shmem, stream) -> None:
+        """A launch the fast path handed over: while another context is current (its twin
+        launches it), or from a thread other than the kernel's first (per-call buffers)."""
+        here = self._in_current_context()
+        if here is not self:
+            return here[config](*args)
+        buf, ptrs, addr, pending = self._pack_slow(args, stream)
         context_mod.last_launch[0] = self.name
-        drv = driver.bindings()
-        (err,) = drv.cuLaunchKernel(self.handle, gx, gy, gz, bx, by, bz, shmem, stream, addr, 0)
+        if self._c_launch:
+            err = self._c_launch(int(self.handle), gx, gy, gz, bx, by, bz, shmem, int(stream), addr)
+        else:
+            (err,) = driver.bindings().cuLaunchKernel(self.handle, gx, gy, gz, bx, by, bz, shmem,
+                                                       stream, addr, 0)
         if err:
-            self._launch_failed(err, gx, gy, gz, bx, by, bz, shmem, stream, addr)
+            self._launch_failed(err, gx, gy, gz, bx, by, bz, shmem, stream, addr, pending)
         self._finish(pending, stream)
 
-    def _ensure_context(self) -> None:
-        drv = driver.bindings()
-        current = driver.current_context()
-        if current is None or int(current) != int(self.context):
-            driver.call(drv.cuCtxSetCurrent, self.context)
-
-    def _launch_failed(self, err, gx, gy, gz, bx, by, bz, shmem, stream, params) -> None:
-        drv = driver.bindings()
-        R = drv.CUresult
-        err = R(int(err))  # the C launch call returns a plain int
-        if err in (R.CUDA_ERROR_INVALID_CONTEXT, R.CUDA_ERROR_INVALID_HANDLE):
-            # A thread with no (or another) current context: make the kernel's context current
-            # in this thread and launch again. Primary contexts are what CuPy/PyTorch use too.
-            current = driver.current_context()
-            if current is None or int(current) != int(self.context):
-                driver.call(drv.cuCtxSetCurrent, self.context)
-                (err,) = drv.cuLaunchKernel(self.handle, gx, gy, gz, bx, by, bz, shmem, stream, params, 0)
-                if not err:
-                    return
-        self._pending.clear()  # nothing ran: no Out copies to make, now or at a later launch
+    def _launch_failed(self, err, gx, gy, gz, bx, by, bz, shmem, stream, params,
+                       pending: PendingCopies | None = None) -> None:
+        if pending is not None:
+            pending.clear()  # nothing ran: no Out copies to make, now or at a later launch
         try:
             driver.raise_for(err, f"cuLaunchKernel({self.name})")
         except DriverError as exc:
-            exc.hint = (f"kernel {self.name!r}, grid=({gx}, {gy}, {gz}), block=({bx}, {by}, {bz}), "
-                        f"shared_mem={shmem}")
+            exc.hint = "\n".join(filter(None, [
+                f"kernel {self.name!r} on device {self.device}, grid=({gx}, {gy}, {gz}), "
+                f"block=({bx}, {by}, {bz}), shared_mem={shmem}", exc.hint]))
             raise
 
-    def _finish(self, pending: list, stream: Any) -> None:
+    def _finish(self, pending: PendingCopies, stream: Any) -> None:
         """Copy Out/InOut host arrays back once the launch has completed."""
         if not pending:
             return

@@ -152,8 +152,10 @@ class DeviceArray:
                     copy: Any = None) -> Any:
         from .dlpack import to_capsule
         if stream is not None and stream != -1:
-            from .context import synchronize
-            synchronize()  # our work runs on the legacy stream; make it visible to the consumer's
+            from .stream import capture_state
+            if capture_state(stream) is None:   # no synchronizing inside a graph capture
+                from .context import synchronize
+                synchronize()  # our work runs on the legacy stream; make it visible to the consumer's
         return to_capsule(self)
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -192,6 +194,18 @@ def to_device(host: Any, dtype: Any = None) -> DeviceArray:
     np = dtypes.numpy()
     arr = np.ascontiguousarray(np.asarray(host, dtype=dtype))
     return DeviceArray(arr.shape, arr.dtype).copy_from_host(arr)
+
+
+class PendingCopies(list):
+    """A launch's In/Out copies, (host transfer, device array) pairs to finish once it has
+    run, and the stream it goes to: the copies back wait for that stream, and none are made
+    while it is being captured into a graph."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: Any = None):
+        super().__init__()
+        self.stream = stream
 
 
 class _HostTransfer:

@@ -3,8 +3,8 @@ and globals. Code is loaded lazily into each context that asks for a kernel."""
 from __future__ import annotations
 
 import os
+import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from .. import driver
@@ -71,6 +71,7 @@ class Module:
         self._handles: dict[tuple[int, int], Any] = {}    # (context, epoch) -> CUmodule
         self._kernels: dict[tuple[int, str], Kernel] = {}
         self._closed = False
+        self._lock = threading.RLock()   # threads of several devices may load it at once
 
     # --- loading ----------------------------------------------------------------------
     def _loadable_image(self, obj: ObjectCode) -> bytes:
@@ -88,7 +89,7 @@ class Module:
             drv_version = driver.driver_version()
             if ptx_too_new(obj.ptx_version, drv_version):
                 from ..arch import device_arch
-                from ..linker.nvjitlink import ptx_to_cubin
+                from ..linker import ptx_to_cubin
                 target = device_arch()
                 if target is None:  # pragma: no cover - load() runs only with a device
                     raise KjitError("no device to link PTX for")
@@ -113,7 +114,7 @@ class Module:
         """The driver picks from a fatbin itself, unless the entry it would use is PTX newer
         than it accepts: that PTX is linked to a cubin for the device with nvJitLink."""
         from ..arch import device_arch
-        from ..containers import best_entry, entries
+        from ..formats.fatbin import best_entry, entries
         from ..linker.choice import ptx_too_new
         target = device_arch()
         chosen = best_entry(entries(obj.code, "fatbin"), target.name) if target else None
@@ -121,7 +122,7 @@ class Module:
                 or chosen.ptx_version is None
                 or not ptx_too_new(chosen.ptx_version, driver.driver_version())):
             return obj.code
-        from ..linker.nvjitlink import ptx_to_cubin
+        from ..linker import ptx_to_cubin
         cubin = ptx_to_cubin(chosen.code, target.sm)
         self.info_log = (f"the fatbin has no cubin for {target.sm} and its PTX ({chosen.arch}, "
                          f".version {'.'.join(map(str, chosen.ptx_version))}) is newer than the "
@@ -136,8 +137,10 @@ class Module:
         key = (int(ctx), driver.context_epoch(ctx))   # a reused context address is a new context
         h = self._handles.get(key)
         if h is None:
-            h = self._load_into_current()
-            self._handles[key] = h
+            with self._lock:
+                h = self._handles.get(key)
+                if h is None:
+                    h = self._handles[key] = self._load_into_current()
         return h, driver.current_device(), ctx
 
     def _load_into_current(self) -> Any:
@@ -169,9 +172,17 @@ class Module:
     def get_function(self, name: str) -> Kernel:
         """The kernel `name` (an entry point or a name expression such as "axpy<float>")."""
         handle, device, ctx = self._handle()
-        cached = self._kernels.get((int(ctx), driver.context_epoch(ctx), name))
+        key = (int(ctx), driver.context_epoch(ctx), name)
+        cached = self._kernels.get(key)
         if cached is not None:
             return cached
+        with self._lock:
+            cached = self._kernels.get(key)
+            if cached is None:
+                cached = self._kernels[key] = self._new_kernel(handle, device, ctx, name)
+        return cached
+
+    def _new_kernel(self, handle: Any, device: int, ctx: Any, name: str) -> Kernel:
         symbol = self.object.lowered_name(name)
         drv = driver.bindings()
         err, func = drv.cuModuleGetFunction(handle, symbol.encode())
@@ -180,9 +191,7 @@ class Module:
                 available = list(self.object.entry_points) + list(self.object.symbols)
                 raise KernelNotFoundError(name, available)
             driver.raise_for(err, f"cuModuleGetFunction({name})")
-        kernel = Kernel(self, func, name, symbol, self._slots(func, name, symbol), device, ctx)
-        self._kernels[(int(ctx), driver.context_epoch(ctx), name)] = kernel
-        return kernel
+        return Kernel(self, func, name, symbol, self._slots(func, name, symbol), device, ctx)
 
     def _slots(self, func: Any, name: str, symbol: str):
         return resolve_slots(self.object, name, symbol, _driver_param_info(func), self._ptx_text)
@@ -191,7 +200,7 @@ class Module:
         if self.object.kind == "ptx":
             return self.object.code
         if self.object.kind == "fatbin":
-            from ..containers import entries
+            from ..formats.fatbin import entries
             for entry in entries(self.object.code, "fatbin"):
                 if entry.kind == "ptx" and getattr(entry, "decoded", True):
                     return entry.code
@@ -219,8 +228,14 @@ class Module:
         self._closed = True
         drv = driver.bindings()
         for (ctx, epoch), h in self._handles.items():
-            if driver.context_epoch(ctx) == epoch:
-                drv.cuModuleUnload(h)
+            if driver.context_epoch(ctx) == epoch:   # its context still exists: unload there
+                (err,) = drv.cuCtxPushCurrent(drv.CUcontext(ctx))
+                if err:
+                    continue
+                try:
+                    drv.cuModuleUnload(h)
+                finally:
+                    drv.cuCtxPopCurrent()
         self._handles.clear()
         self._kernels.clear()
 

@@ -8,7 +8,7 @@ from typing import Callable
 from ..errors import KjitError
 from ..objectcode import ObjectCode
 from . import cdecl, mangled
-from .params import ParamSlot, layout
+from .slots import ParamSlot, layout
 
 
 def resolve_slots(obj: ObjectCode, name: str, symbol: str,

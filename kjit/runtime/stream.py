@@ -1,4 +1,6 @@
-"""Streams and events, and turning foreign stream objects into driver handles."""
+"""Streams and events, turning foreign stream objects into driver handles, and the checks a
+launch makes on its stream: that it belongs to the launch's context, and whether it is being
+captured into a CUDA graph."""
 from __future__ import annotations
 
 from typing import Any
@@ -39,7 +41,7 @@ class Stream:
         (err,) = driver.bindings().cuStreamSynchronize(self.handle)
         if err:
             from .context import raise_async
-            raise_async(err, "cuStreamSynchronize")
+            raise_async(err, "cuStreamSynchronize", context=self._ctx or None)
 
     def record(self, event: "Event | None" = None) -> "Event":
         event = event or Event()
@@ -121,3 +123,71 @@ def as_handle(stream: Any) -> Any:
     raise ArgumentError(
         f"cannot use {type(stream).__name__} as a stream: pass a kjit.Stream, an int handle, or "
         "an object with __cuda_stream__, .cuda_stream or .ptr (CuPy, PyTorch, cuda.core)")
+
+
+# the NULL (legacy) stream, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD: whichever context is
+# current when they are used is theirs
+_DEFAULT_STREAMS = (0, 1, 2)
+
+
+def check_stream_context(stream: Any, ctx: int, device: int, kernel: str) -> None:
+    """Refuse, before a launch, a stream of another context than the one the launch runs in:
+    the driver would fail the launch with an unrelated-looking error."""
+    if int(stream) in _DEFAULT_STREAMS or capture_state(stream) is not None:
+        # A capturing stream is asked nothing else: during a capture the driver refuses
+        # stream queries other than cuStreamIsCapturing, and a refused call ends the capture.
+        # A stream of another device then fails in cuLaunchKernel, which says so.
+        return
+    drv = driver.bindings()
+    err, owner = drv.cuStreamGetCtx(stream)
+    if err:
+        driver.raise_for(err, "cuStreamGetCtx", f"the stream given to kernel {kernel!r} "
+                         f"({int(stream):#x}) is not a usable CUDA stream")
+    if int(owner) == ctx:
+        return
+    other = stream_device(stream, owner)
+    if other == device:
+        raise ArgumentError(
+            f"kernel {kernel!r}: the stream belongs to another CUDA context of device {device} "
+            "than the one current in this thread; pass a stream made in the current context")
+    raise ArgumentError(
+        f"kernel {kernel!r}: the stream is on device {other} but the launch runs on device "
+        f"{device} (the current device). Pass a stream of device {device}, or make device "
+        f"{other} current for the launch (kjit.Device({other}), torch.cuda.device({other}), "
+        f"cupy.cuda.Device({other}))")
+
+
+def stream_device(stream: Any, ctx: Any) -> int | None:
+    """The ordinal of the device a stream (of context `ctx`) runs on."""
+    drv = driver.bindings()
+    try:   # CUDA 12.8+ drivers answer directly
+        err, dev = drv.cuStreamGetDevice(stream)
+        if not err:
+            return int(dev)
+    except Exception:   # older bindings or driver: ask the stream's context
+        pass
+    (err,) = drv.cuCtxPushCurrent(ctx)
+    if err:
+        return None
+    try:
+        err, dev = drv.cuCtxGetDevice()
+        return None if err else int(dev)
+    finally:
+        drv.cuCtxPopCurrent()
+
+
+def capture_state(stream: Any) -> str | None:
+    """None when synchronous work may go with a launch on `stream`; else why not: the stream
+    is being captured into a CUDA graph (or its capture failed), or the legacy stream is tied
+    to a capture in progress."""
+    drv = driver.bindings()
+    err, status = drv.cuStreamIsCapturing(drv.CUstream(int(stream)))
+    if err:   # the legacy stream while another stream captures: STREAM_CAPTURE_IMPLICIT
+        name = getattr(err, "name", "")
+        return (f"the legacy stream cannot be used while a capture is in progress ({name})"
+                if name.startswith("CUDA_ERROR_STREAM_CAPTURE") else None)
+    if status == drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE:
+        return None
+    if status == drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
+        return "the stream is being captured into a CUDA graph"
+    return "the stream's graph capture was invalidated by an earlier call"

@@ -1,0 +1,14 @@
+"""The build engine behind `kjit build`: one fatbin (or HIP offload bundle) for many
+architectures, on any machine.
+
+One compile per (source, architecture), each through the cache, run in parallel
+(`workers`); then the cubins (and PTX for forward compatibility) are packed with nvFatbin
+(`fatbin`). Lowered names of --name-expression templates go to the `<output>.kjit.json`
+sidecar, which ObjectCode.from_file and kjit.load read back.
+"""
+from __future__ import annotations
+
+from .archs import resolve_archs, resolve_ptx
+from .engine import COMPRESS_CHOICES, BuildResult, run_build
+
+__all__ = ["run_build", "BuildResult", "resolve_archs", "resolve_ptx", "COMPRESS_CHOICES"]

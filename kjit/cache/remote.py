@@ -1,0 +1,228 @@
+"""The shared (remote) tier behind the local disk cache: its interface and its configuration.
+
+A tier is anything with get / put / lease / watch / stats (RemoteTier); Redis is the one kjit
+ships (kjit.cache.redis_tier). kjit.cache.shared holds the logic between the cache and a tier
+(signing, leases, faults and counters) and opens the configured one (shared.active()).
+
+Turned on by KJIT_REMOTE_CACHE=redis://[user:pass@]host:port/db (rediss:// for TLS) or by
+configure(url, ...), which sets the same variables so that child processes (kjit build's
+workers, a launcher's ranks) inherit them. Nothing here imports redis: a process without
+the variable, and a disk hit, never load it.
+"""
+from __future__ import annotations
+
+import os
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+from .key import SCHEMA_VERSION
+
+ENV_URL = "KJIT_REMOTE_CACHE"
+ENV_KEY = "KJIT_REMOTE_CACHE_KEY"              # HMAC-SHA256 secret (text)
+ENV_KEY_FILE = "KJIT_REMOTE_CACHE_KEY_FILE"    # ... or a file holding it (kept out of `ps e`)
+ENV_PREFIX = "KJIT_REMOTE_CACHE_PREFIX"
+ENV_TTL = "KJIT_REMOTE_CACHE_TTL"              # since last use; 0 = no expiry
+ENV_MAX_VALUE = "KJIT_REMOTE_CACHE_MAX_VALUE"  # larger values stay local only
+ENV_TIMEOUT = "KJIT_REMOTE_CACHE_TIMEOUT"      # connect and read timeout per request
+ENV_BACKOFF = "KJIT_REMOTE_CACHE_BACKOFF"      # first pause after a failure (doubles)
+ENV_LEASE = "KJIT_REMOTE_CACHE_LEASE"          # a dead compiler's lease lapses after this
+ENV_WAIT = "KJIT_REMOTE_CACHE_WAIT"            # longest wait for another node's compile
+ENV_VARS = (ENV_URL, ENV_KEY, ENV_KEY_FILE, ENV_PREFIX, ENV_TTL, ENV_MAX_VALUE, ENV_TIMEOUT,
+            ENV_BACKOFF, ENV_LEASE, ENV_WAIT)
+
+DEFAULT_PREFIX = f"kjit:{SCHEMA_VERSION}:"
+SCHEMES = ("redis", "rediss", "unix")
+_PREFIX_RE = re.compile(r"[A-Za-z0-9_.:/-]+")
+_DUR = {"ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+class TierError(Exception):
+    """The tier could not answer: unreachable, too slow, refused the login."""
+
+
+class TierFull(TierError):
+    """The tier refused a write for lack of memory (maxmemory with noeviction)."""
+
+
+class Lease(ABC):
+    """The right to compile one key for the cluster, lapsing unless renewed."""
+
+    @abstractmethod
+    def renew(self) -> bool:
+        """Push the expiry out again; False if the lease already lapsed (someone else may hold it)."""
+
+    @abstractmethod
+    def release(self) -> None:
+        """Give the lease up (only if still ours)."""
+
+
+class Watch(ABC):
+    """A subscription to one key's publications (see RemoteTier.watch)."""
+
+    @abstractmethod
+    def wait(self, timeout_s: float) -> bool:
+        """Block until a value is published under the key (True) or timeout_s passes (False)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """End the subscription."""
+
+
+class RemoteTier(ABC):
+    """Bytes by cache key (64 hex digits) on a shared server. Every method raises TierError
+    (TierFull for writes) when the server cannot be used; kjit.cache.shared handles faults."""
+
+    url: str  # for messages; without a password
+
+    @abstractmethod
+    def get(self, key: str, ttl_s: float) -> bytes | None:
+        """The stored value, None if absent; refreshes its expiry to ttl_s (0: none).
+        kjit.cache.entry.CorruptEntry if the server holds something else under the key."""
+
+    @abstractmethod
+    def put(self, key: str, value: bytes, ttl_s: float, *, overwrite: bool = True) -> bool:
+        """Store `value` and wake the key's watchers; False if overwrite=False and a value
+        was there."""
+
+    @abstractmethod
+    def lease(self, key: str, ttl_s: float) -> Lease | None:
+        """Take the compile lease for `key` if nobody holds it, else None."""
+
+    @abstractmethod
+    def watch(self, key: str) -> Watch:
+        """Subscribe to publications under `key` (in place once this returns)."""
+
+    @abstractmethod
+    def stats(self) -> dict[str, Any]:
+        """Server facts: version, memory used and allowed, eviction policy, evictions."""
+
+    # --- maintenance (kjit cache ls/stats/clear --remote, push) -------------------------------
+    @abstractmethod
+    def keys(self) -> Iterator[str]:
+        """Every cache key stored under this tier's prefix."""
+
+    @abstractmethod
+    def peek(self, keys: list[str], size: int) -> list[tuple[bytes | None, float | None]]:
+        """(first `size` bytes of the value, seconds left to live or None) per key."""
+
+    @abstractmethod
+    def sizes(self, keys: list[str]) -> list[int]:
+        """Bytes stored per key (0 when gone)."""
+
+    @abstractmethod
+    def delete(self, keys: Iterable[str]) -> int:
+        """Remove these keys' values and leases; how many values were removed."""
+
+    def close(self) -> None:
+        """Drop connections (a test or a reconfiguration)."""
+
+
+def parse_duration(text: str | float, name: str) -> float:
+    """'500ms', '2s', '15m', '12h', '7d', '2w' or seconds -> seconds; InvalidOptionError names `name`."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*", str(text).lower())
+        if not m:
+            _bad(name, text, "a duration such as 500ms, 2s, 15m, 12h, 7d")
+        value = float(m.group(1)) * _DUR[m.group(2) or "s"]
+    if value < 0:
+        _bad(name, text, "a duration of zero or more")
+    return value
+
+
+def _bad(name: str, value: Any, wanted: str):
+    from ..errors import InvalidOptionError
+    raise InvalidOptionError(f"{name}={value!r} is not {wanted}")
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and `kjit info`."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    url: str
+    secret: bytes | None = None
+    prefix: str = DEFAULT_PREFIX
+    ttl_s: float = 7 * 86400.0
+    max_value: int = 64 << 20
+    timeout_s: float = 2.0
+    backoff_s: float = 5.0
+    lease_s: float = 15.0
+    wait_s: float = 600.0
+
+    @property
+    def display_url(self) -> str:
+        return redact(self.url)
+
+    @classmethod
+    def from_env(cls, env: Any = os.environ) -> "RemoteConfig | None":
+        """The configuration the variables describe, None if KJIT_REMOTE_CACHE is unset or
+        empty; InvalidOptionError names a variable that is malformed."""
+        url = (env.get(ENV_URL) or "").strip()
+        if not url:
+            return None
+        scheme = urlsplit(url).scheme
+        if scheme not in SCHEMES:
+            _bad(ENV_URL, url, "a Redis URL: redis://[user:password@]host:port/db, rediss://... "
+                               "for TLS, or unix:///path/to/socket")
+        secret = env.get(ENV_KEY) or None
+        if env.get(ENV_KEY_FILE):
+            try:
+                with open(env[ENV_KEY_FILE], "rb") as f:
+                    secret = f.read().strip() or None
+            except OSError as exc:
+                _bad(ENV_KEY_FILE, env[ENV_KEY_FILE], f"a readable file ({exc.strerror})")
+        if isinstance(secret, str):
+            secret = secret.encode()
+        prefix = env.get(ENV_PREFIX) or DEFAULT_PREFIX
+        if not _PREFIX_RE.fullmatch(prefix):
+            _bad(ENV_PREFIX, prefix, "a key prefix of letters, digits and _ . : / -")
+        kw: dict[str, Any] = {}
+        for field, var in (("ttl_s", ENV_TTL), ("timeout_s", ENV_TIMEOUT), ("backoff_s", ENV_BACKOFF),
+                           ("lease_s", ENV_LEASE), ("wait_s", ENV_WAIT)):
+            if env.get(var):
+                kw[field] = parse_duration(env[var], var)
+        if env.get(ENV_MAX_VALUE):
+            from .store import parse_size
+            try:
+                kw["max_value"] = parse_size(env[ENV_MAX_VALUE])
+            except ValueError:
+                _bad(ENV_MAX_VALUE, env[ENV_MAX_VALUE], "a size such as 64M")
+        if kw.get("timeout_s") == 0 or kw.get("lease_s") == 0:
+            _bad(ENV_TIMEOUT if kw.get("timeout_s") == 0 else ENV_LEASE, 0, "a duration above zero")
+        return cls(url=url, secret=secret, prefix=prefix, **kw)
+
+
+def configure(url: str | None, *, key: str | bytes | None = None, prefix: str | None = None,
+              ttl: str | float | None = None, max_value: str | int | None = None,
+              timeout: str | float | None = None, backoff: str | float | None = None,
+              lease: str | float | None = None, wait: str | float | None = None) -> RemoteConfig | None:
+    """Use the shared tier at `url` from now on (None: stop using one). Sets the
+    KJIT_REMOTE_CACHE* variables, so processes started later inherit the setting; the
+    arguments left out are unset. Returns the checked configuration."""
+    values = {ENV_URL: url, ENV_KEY: key.decode() if isinstance(key, bytes) else key,
+              ENV_PREFIX: prefix, ENV_TTL: ttl, ENV_MAX_VALUE: max_value, ENV_TIMEOUT: timeout,
+              ENV_BACKOFF: backoff, ENV_LEASE: lease, ENV_WAIT: wait, ENV_KEY_FILE: None}
+    if url is None:
+        values = dict.fromkeys(values)
+    trial = {k: str(v) for k, v in values.items() if v is not None}
+    config = RemoteConfig.from_env(trial)  # raises before anything changes
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = str(value)
+    return config

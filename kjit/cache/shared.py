@@ -1,0 +1,294 @@
+"""Between the cache and a shared tier: checked values, cluster-wide leases, and faults.
+
+- A value is used only if its signature (when a key is set) and its entry checksum hold;
+  anything else is a counted miss, never an error or a wrong binary.
+- After a local miss the first process in the cluster takes a lease and compiles; the others
+  block on a subscription to the key until it publishes (checking the lease every
+  RECHECK_S), and compile themselves if the lease lapses (its holder died) or after
+  config.wait_s.
+- A failing server costs one warning and at most one timeout; then the tier is skipped for a
+  back-off that doubles while it keeps failing. Local entries are never touched.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from collections import Counter
+from typing import NamedTuple
+
+from . import entry, signing
+from .remote import ENV_URL, ENV_VARS, Lease, RemoteConfig, RemoteTier, TierError, TierFull
+from .store import CacheWarning
+from ..objectcode import ObjectCode
+
+# A "no value" marker under a key tells waiters to stop waiting and compile themselves: the
+# value is too large to share, or the lease holder's compile failed (an error is not cached;
+# without the marker the waiters would take the lease and fail one after another).
+NO_VALUE = b"KJITNONE"
+FAILED_MARK_TTL_S = 60.0
+
+RECHECK_S = 1.0        # a waiter checks the lease this often (at most lease_s / 2)
+BACKOFF_MAX_S = 120.0
+
+# What a process counts; `kjit cache stats` shows the totals (persisted by flush_counts).
+COUNTERS = ("hits", "misses", "errors", "refused", "corrupt", "too_large", "skipped", "puts")
+_pending: Counter = Counter()
+
+
+class Claim(NamedTuple):
+    """What the tier gave for a local miss: a checked value, or the lease to compile under,
+    or neither (tier down, full, or the wait ran out: compile without publishing order)."""
+    obj: ObjectCode | None = None
+    meta: dict | None = None
+    lease: "HeldLease | None" = None
+    waited: float = 0.0
+
+
+class HeldLease:
+    """A lease kept alive by a thread while this process compiles (NVRTC drops the GIL), so
+    a slow compile keeps it and a dead process loses it after config.lease_s."""
+
+    def __init__(self, lease: Lease, ttl_s: float):
+        self.lease = lease
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, args=(ttl_s / 3,), daemon=True,
+                                        name="kjit-lease")
+        self._thread.start()
+
+    def _renew(self, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                if not self.lease.renew():
+                    return
+            except Exception:  # the server went away: the lease lapses by itself
+                return
+
+    def release(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        try:
+            self.lease.release()
+        except Exception:  # best effort: it lapses anyway
+            pass
+
+
+class SharedTier:
+    def __init__(self, config: RemoteConfig, backend: RemoteTier):
+        self.config = config
+        self.backend = backend
+        self.counts: Counter = Counter()   # this process
+        self.down_until = 0.0
+        self.backoff = config.backoff_s
+        self._warned: set[str] = set()
+
+    # --- bookkeeping -------------------------------------------------------------------------
+    def _count(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
+        _pending[name] += n
+
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(message, CacheWarning, stacklevel=5)
+
+    def usable(self) -> bool:
+        return time.monotonic() >= self.down_until
+
+    def _fault(self, exc: Exception) -> None:
+        """The server failed a request: skip it for a back-off, warn the first time."""
+        self._count("errors")
+        self.down_until = time.monotonic() + self.backoff
+        self._warn_once("down", f"kjit remote cache {self.config.display_url} cannot be used ({exc}); "
+                                f"using the local cache alone, trying it again after "
+                                f"{self.backoff:g} s (longer while it keeps failing)")
+        self.backoff = min(self.backoff * 2, max(BACKOFF_MAX_S, self.config.backoff_s))
+
+    def _ok(self) -> None:
+        self.backoff = self.config.backoff_s
+
+    def close(self) -> None:
+        try:
+            self.backend.close()
+        except Exception:
+            pass
+
+    # --- reading -------------------------------------------------------------------------------
+    def _fetch(self, k: str, label: str, seen: set[str]) -> tuple[ObjectCode, dict] | bytes | None:
+        """The checked entry under k; NO_VALUE for a marker; None if absent or unusable
+        (counted once per claim)."""
+        try:
+            value = self.backend.get(k, self.config.ttl_s)  # TierError: the caller's fault path
+            self._ok()
+            if value is None:
+                return None
+            if value.startswith(NO_VALUE):
+                return NO_VALUE
+            return entry.decode(signing.open_value(self.config.secret, k, value), k)
+        except signing.Refused as exc:
+            what, why = "refused", str(exc)
+        except entry.CorruptEntry as exc:
+            what, why = "corrupt", str(exc)
+        if what not in seen:
+            seen.add(what)
+            self._count(what)
+            self._warn_once(what, f"kjit remote cache {self.config.display_url}: the value for "
+                                  f"{k[:16]}… ({label}) was {what} ({why}); not used, compiling "
+                                  f"instead (counted in `kjit cache stats`)")
+        return None
+
+    def claim(self, k: str, label: str = "") -> Claim:
+        """After a local miss (local lock held): the value from the tier, perhaps after another
+        node compiled it, or the lease to compile it under."""
+        if not self.usable():
+            self._count("skipped")
+            return Claim()
+        t0 = time.monotonic()
+        seen: set[str] = set()
+        watch = None
+        recheck = min(RECHECK_S, self.config.lease_s / 2)
+        try:
+            found = self._fetch(k, label, seen)
+            deadline = t0 + self.config.wait_s
+            while found is None:
+                try:
+                    lease = self.backend.lease(k, self.config.lease_s)
+                except TierFull as exc:  # no room for a lease: compile without one
+                    self._full(exc)
+                    break
+                if lease is not None:
+                    # the holder may have published and let go between our read and our lease
+                    found = self._fetch(k, label, seen)
+                    if found is NO_VALUE:
+                        found = None
+                    if found is not None:
+                        lease.release()
+                        break
+                    self._count("misses")
+                    return Claim(lease=HeldLease(lease, self.config.lease_s),
+                                 waited=time.monotonic() - t0)
+                if time.monotonic() >= deadline:
+                    self._warn_once("wait", f"kjit remote cache: waited {self.config.wait_s:g} s for "
+                                            f"another process to compile {label or k[:16]}; compiling "
+                                            f"here (raise KJIT_REMOTE_CACHE_WAIT for longer compiles)")
+                    break
+                if watch is None:
+                    watch = self.backend.watch(k)
+                    found = self._fetch(k, label, seen)  # published before we subscribed?
+                    if found is not None:
+                        break
+                watch.wait(min(recheck, deadline - time.monotonic()))
+                found = self._fetch(k, label, seen)
+            if found is NO_VALUE:  # not shared: compile here, without waiting for anyone
+                found = None
+        except TierError as exc:
+            self._fault(exc)
+            return Claim(waited=time.monotonic() - t0)
+        finally:
+            if watch is not None:
+                watch.close()
+        waited = time.monotonic() - t0
+        if found is None:
+            self._count("misses")
+            return Claim(waited=waited)
+        self._count("hits")
+        return Claim(obj=found[0], meta=found[1], waited=waited)
+
+    # --- writing -------------------------------------------------------------------------------
+    def _full(self, exc: Exception) -> None:
+        self._count("errors")
+        self._warn_once("full", f"kjit remote cache {self.config.display_url} is full ({exc}); new "
+                                "entries stay local. Give it more memory or an eviction policy "
+                                "(maxmemory-policy allkeys-lru)")
+
+    def publish(self, k: str, blob: bytes, *, overwrite: bool = True) -> bool | None:
+        """Store checked entry bytes for the cluster: True stored, False already there
+        (overwrite=False), None not stored (too large, tier down or full)."""
+        if len(blob) > self.config.max_value:
+            self._count("too_large")
+            self._mark(k, b"too large to share", self.config.ttl_s)
+            return None
+        if not self.usable():
+            self._count("skipped")
+            return None
+        try:
+            stored = self.backend.put(k, signing.sign(self.config.secret, k, blob), self.config.ttl_s,
+                                      overwrite=overwrite)
+        except TierFull as exc:
+            self._full(exc)
+            return None
+        except TierError as exc:
+            self._fault(exc)
+            return None
+        self._ok()
+        if stored:
+            self._count("puts")
+        return stored
+
+
+    def _mark(self, k: str, reason: bytes, ttl_s: float) -> None:
+        if not self.usable():
+            return
+        try:
+            self.backend.put(k, NO_VALUE + b" " + reason, ttl_s)
+        except TierError:  # best effort: waiters fall back on the lease
+            pass
+
+    def abandon(self, k: str) -> None:
+        """The lease holder's create() failed: tell the waiters to compile themselves."""
+        self._mark(k, b"the compile failed on another node", FAILED_MARK_TTL_S)
+
+
+def open_tier(config: RemoteConfig) -> RemoteTier:
+    """The RemoteTier for config.url (imports its client library now)."""
+    try:
+        from .redis_tier import RedisTier
+    except ImportError as exc:
+        from ..errors import KjitError
+        raise KjitError(f"{ENV_URL} is set but the Redis client is not installed ({exc}): "
+                        "pip install 'kjit[redis]', or unset it") from None
+    return RedisTier(config.url, prefix=config.prefix, timeout_s=config.timeout_s)
+
+
+_active: "SharedTier | None" = None   # the tier for _active_sig
+_active_sig: tuple | None = None
+
+
+def active() -> "SharedTier | None":
+    """The SharedTier the environment configures, or None (cheap: a few dict lookups)."""
+    global _active, _active_sig
+    env = os.environ
+    if not env.get(ENV_URL):
+        return None
+    sig = tuple(env.get(v) for v in ENV_VARS)
+    if sig != _active_sig:
+        config = RemoteConfig.from_env(env)
+        if _active is not None:
+            _active.close()
+        _active, _active_sig = SharedTier(config, open_tier(config)), sig
+    return _active
+
+
+def flush_counts(store) -> None:
+    """Add this process's unsaved counts to a local cache store's usage database (its
+    writable directory's, for a layered store; none: they are dropped). Best effort."""
+    if not _pending:
+        return
+    counts = dict(_pending)
+    _pending.clear()
+    store = getattr(store, "top", store)  # layers.Layered: its writable directory
+    if store is None or getattr(store, "read_only", False):
+        return
+    try:
+        with store.usage.transact():
+            for name, n in counts.items():
+                store.usage.incr("stat:remote_" + name, n)
+    except Exception:
+        pass
+
+
+def saved_counts(store) -> dict[str, int]:
+    """The totals flush_counts saved in a store, by counter name."""
+    usage = store.tables()[1]
+    return {name: int(usage.get_number("stat:remote_" + name) or 0) for name in COUNTERS}

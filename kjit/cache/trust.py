@@ -1,0 +1,91 @@
+"""Whether a cache directory may be used, and opening lock files in it without following links.
+
+Entries are checksummed, but a checksum is no signature: whoever can write the directory
+can plant a cubin under any key. So kjit uses a cache directory only when it belongs to
+the user running kjit (or to root, for a cache baked into an image) and other users cannot
+write it, and never follows a symbolic link planted where it creates a file.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from pathlib import Path
+
+SUBDIRS = ("entries", "usage", "locks")
+
+
+class Untrusted(OSError):
+    """The directory belongs to someone else or others can write it."""
+
+
+def check_directory(path: Path) -> None:
+    """Raise Untrusted if `path` (an existing directory) or kjit's subdirectories in it
+    belong to another user (root excepted) or are writable by others; also if a
+    subdirectory is a symbolic link. POSIX only: elsewhere there is nothing to check."""
+    if not hasattr(os, "geteuid"):
+        return
+    check_owner(path)
+    for name in SUBDIRS:
+        try:
+            st = os.lstat(path / name)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise Untrusted(errno.EPERM, f"{path / name} is a symbolic link; kjit does not follow "
+                            "links inside its cache directory: remove it")
+        _check(path / name, st, "cache subdirectory")
+
+
+def check_owner(path: Path) -> None:
+    """Raise Untrusted if the directory `path` belongs to another user (root excepted) or
+    is writable by others."""
+    if hasattr(os, "geteuid"):
+        _check(path, os.stat(path), "cache directory")
+
+
+def _check(path: Path, st: os.stat_result, what: str) -> None:
+    me = os.geteuid()
+    if st.st_uid not in (me, 0):
+        raise Untrusted(errno.EPERM, f"the {what} {path} belongs to another user (uid {st.st_uid}); "
+                        "kjit uses only a cache directory you (or root) own: set KJIT_CACHE_DIR to one")
+    if st.st_mode & stat.S_IWOTH:
+        raise Untrusted(errno.EPERM, f"the {what} {path} is writable by every user (mode "
+                        f"{stat.S_IMODE(st.st_mode):o}), so anyone could plant code in it: "
+                        f"`chmod o-w {path}` or set KJIT_CACHE_DIR to a private directory")
+
+
+def open_lock(directory: Path, name: str) -> int:
+    """A file descriptor for `directory/name`, created if absent, never through a symbolic
+    link (one planted there is removed and the file made afresh)."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        try:
+            return os.open(name, flags, 0o600, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dir_fd)
+        return os.open(name, flags | os.O_EXCL, 0o600, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_cache_files(path: Path) -> None:
+    """Delete kjit's databases and lock files under `path`, whatever state they are in.
+    A symbolic link there is removed itself, never followed (shutil.rmtree does not
+    follow links inside the trees it removes)."""
+    import shutil
+    for name in SUBDIRS:
+        p = path / name
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(p)
+        else:
+            os.unlink(p)

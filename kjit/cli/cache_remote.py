@@ -1,0 +1,108 @@
+"""`kjit cache ... --remote` and `kjit cache push`: the shared tier (docs/cluster.md)."""
+from __future__ import annotations
+
+import click
+
+from .common import emit, fail, json_option
+from .common import human_size as _size, timestamp as _when
+from ..errors import KjitError
+
+
+def _ops():
+    from ..cache import remote_ops
+    return remote_ops
+
+
+def _ttl(t) -> str:
+    if t is None:
+        return "never"
+    return f"{t / 86400:.1f}d" if t >= 86400 else f"{t / 3600:.1f}h" if t >= 3600 else f"{t:.0f}s"
+
+
+def ls(limit, as_json: bool) -> None:
+    try:
+        rows = _ops().ls_remote(limit=limit)
+    except KjitError as exc:
+        raise fail(exc)
+
+    def text(rows):
+        if not rows:
+            return "(no entries in the remote cache)"
+        lines = [f"{'KEY':16}  {'KIND':6} {'ARCH':11} {'SIZE':>10} {'SIGNED':6} {'EXPIRES':>8}  "
+                 f"{'CREATED':19}  KERNELS"]
+        for r in rows:
+            if r.get("error") or r.get("note"):
+                lines.append(f"{r['key'][:16]}  ({r.get('error') or r['note']})")
+                continue
+            kernels = ", ".join(r.get("kernels") or []) or r.get("label") or ""
+            lines.append(f"{r['key'][:16]}  {r.get('kind') or '':6} {str(r.get('arch') or '-'):11} "
+                         f"{_size(r.get('size')):>10} {'yes' if r['signed'] else 'no':6} "
+                         f"{_ttl(r.get('ttl_s')):>8}  {_when(r.get('created')):19}  {kernels}")
+        return "\n".join(lines)
+    emit(rows, as_json, text)
+
+
+def stats(as_json: bool) -> None:
+    try:
+        s = _ops().stats_remote()
+    except KjitError as exc:
+        raise fail(exc)
+
+    def text(d):
+        srv = d["server"]
+        limit = _size(srv["maxmemory"]) if srv.get("maxmemory") else "no limit"
+        lines = [f"remote     {d['url']} (prefix {d['prefix']})",
+                 f"signed     {'yes (HMAC-SHA256)' if d['signed'] else 'NO: set KJIT_REMOTE_CACHE_KEY'}",
+                 f"entries    {d['entries']}",
+                 f"bytes      {d['bytes']} ({_size(d['bytes'])}); values over {_size(d['max_value'])} "
+                 f"stay local",
+                 f"ttl        {_ttl(d['ttl_s'] or None)} after last use",
+                 f"server     Redis {srv.get('redis_version')}, {_size(srv.get('used_memory'))} used of "
+                 f"{limit} ({srv.get('maxmemory_policy')}), {srv.get('evicted_keys')} evicted, "
+                 f"{srv.get('expired_keys')} expired"]
+        return "\n".join(lines)
+    emit(s, as_json, text)
+
+
+def clear(yes: bool, as_json: bool) -> None:
+    from ..cache.remote import RemoteConfig
+    config = RemoteConfig.from_env()
+    if not (yes or as_json) and config is not None:
+        click.confirm(f"Remove every entry under {config.prefix} in {config.display_url} "
+                      "(for every node that uses it)?", abort=True)
+    try:
+        n = _ops().clear_remote()
+    except KjitError as exc:
+        raise fail(exc)
+    emit({"removed": n}, as_json, lambda d: f"removed {d['removed']} entries from the remote cache")
+
+
+def local_lines(d: dict) -> str:
+    """`kjit cache stats` lines for the shared tier's counts as this directory saw them."""
+    r = d.get("remote") or {}
+    if not r.get("url") and not any(v for k, v in r.items() if k != "url"):
+        return ""
+    return (f"\nremote     {r.get('url') or '(not configured now)'}\n"
+            f"  hits {r['hits']}, misses {r['misses']}, errors {r['errors']}, refused {r['refused']} "
+            f"(bad or no signature), corrupt {r['corrupt']}, too large {r['too_large']}, "
+            f"skipped while down {r['skipped']}, published {r['puts']}")
+
+
+@click.command("push")
+@click.option("--key", "keys", multiple=True, help="Push only this entry (repeatable; prefixes ok).")
+@click.option("--overwrite", is_flag=True, help="Replace values already in the remote cache.")
+@json_option
+def push_cmd(keys, overwrite: bool, as_json: bool) -> None:
+    """Upload local entries to the remote cache (e.g. after `kjit build` in CI, to warm a cluster)."""
+    try:
+        r = _ops().push(keys=list(keys) or None, overwrite=overwrite)
+    except KjitError as exc:
+        raise fail(exc)
+
+    def text(d):
+        lines = [f"pushed {d['pushed']} entries ({_size(d['bytes'])}) to {d['url']}"
+                 f"{'' if d['signed'] else ' UNSIGNED'}; {d['already_present']} already there, "
+                 f"{d['too_large']} too large, {len(d['skipped'])} corrupt (skipped)"]
+        lines += [f"  skipped {c['key'][:16]}: {c['error']}" for c in d["skipped"]]
+        return "\n".join(lines)
+    emit(r, as_json, text)

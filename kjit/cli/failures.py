@@ -1,0 +1,77 @@
+"""How a failed `kjit` command ends, for people and for scripts (docs/cli.md).
+
+Without --json: a message on stderr. With --json: one JSON object on stdout,
+{"error": {"type": ..., "message": ..., "exit_code": ...}} (plus the compiler's or
+linker's log where there is one), so a script can parse every outcome. Exit codes:
+0 success, 1 the command failed (bad input, compile or link error, cache problem),
+2 the command line is wrong, 70 an internal error in kjit (with a traceback on stderr),
+130 interrupted.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from typing import Any, Sequence
+
+import click
+
+from ..errors import KjitError
+
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 1, 2, 70, 130
+
+
+class CommandFailed(click.ClickException):
+    """A KjitError on its way out of a command: click's error that keeps the original."""
+
+    def __init__(self, original: BaseException, message: str | None = None):
+        super().__init__(message if message is not None else str(original))
+        self.original = original
+
+
+def wants_json(args: Sequence[str]) -> bool:
+    """Whether --json is on the command line (before a `--`)."""
+    for a in args:
+        if a == "--":
+            return False
+        if a == "--json":
+            return True
+    return False
+
+
+def describe(exc: BaseException) -> tuple[str, str, int, dict[str, Any]]:
+    """(type, message, exit code, extra JSON fields) for an exception leaving a command."""
+    original = getattr(exc, "original", exc)
+    extra: dict[str, Any] = {}
+    for name in ("log", "error_log", "info_log"):
+        value = getattr(original, name, None)
+        if isinstance(value, str) and value.strip():
+            extra[name] = value
+    if isinstance(exc, click.UsageError):
+        return type(exc).__name__, exc.format_message(), EXIT_USAGE, extra
+    if isinstance(exc, click.ClickException):
+        return type(original).__name__, exc.format_message(), exc.exit_code, extra
+    if isinstance(exc, KjitError):
+        return type(exc).__name__, str(exc), EXIT_FAILED, extra
+    if isinstance(exc, (click.Abort, KeyboardInterrupt, EOFError)):
+        ctrl_c = isinstance(exc, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt)
+        return "Interrupted", "interrupted", EXIT_INTERRUPTED if ctrl_c else EXIT_FAILED, extra
+    return "InternalError", f"{type(exc).__name__}: {exc}", EXIT_INTERNAL, extra
+
+
+def report(exc: BaseException, as_json: bool) -> int:
+    """Tell the user (or the script) about `exc`; returns the exit code."""
+    kind, message, code, extra = describe(exc)
+    if code == EXIT_INTERNAL:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        message += " (an internal error in kjit: please report it with the traceback above)"
+    if as_json:
+        error = {"type": kind, "message": message, "exit_code": code, **extra}
+        click.echo(json.dumps({"error": error}, indent=2, sort_keys=True, default=str))
+    elif isinstance(exc, click.ClickException) and not isinstance(exc, CommandFailed):
+        exc.show()
+    elif kind == "Interrupted":
+        click.echo("Aborted!", err=True)
+    else:
+        click.echo(f"error: {message}", err=True)
+    return code

@@ -1,0 +1,26 @@
+"""Which compiler produced a result, as precisely as it can be named (part of every cache key)."""
+from __future__ import annotations
+
+import functools
+
+from ..locations import wheel_version
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_identity(backend: str) -> str:
+    """The compiler as precisely as we can name it: API version plus the wheel's full version,
+    so a patch release (same major.minor, different code) misses too."""
+    if backend == "hip":
+        from . import hiprtc
+        return "hiprtc " + hiprtc.version_string()  # hip + comgr versions: comgr is the compiler
+    if backend == "nvjitlink":
+        from cuda.bindings import nvjitlink
+        text, dist = "nvjitlink " + ".".join(map(str, nvjitlink.version())), "nvidia-nvjitlink"
+    else:
+        from . import nvrtc
+        text, dist = "nvrtc " + ".".join(map(str, nvrtc.version())), "nvidia-cuda-nvrtc"
+    for name in (dist, dist + "-cu13", dist + "-cu12"):
+        version = wheel_version(name)
+        if version:
+            return f"{text} ({name} {version})"
+    return text

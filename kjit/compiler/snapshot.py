@@ -1,0 +1,185 @@
+"""The state of the file system a compile key was derived from, and the cheap check that it
+still holds (ccache's direct mode and git's index, applied to include resolution).
+
+A Snapshot holds every header file the resolution read, with its stat data (size, mtime_ns,
+ctime_ns, inode) and content hash, and, for every lookup that did not find a file, the
+candidate path and the nearest existing directory above it with that directory's stat data.
+check() stats the files and directories. A file is re-read only when its stat changed or it
+is "racily clean" (changed within RACY_S of being hashed, where a coarse file-system clock could
+hide a second write); the same content is still a match. A directory whose stat changed (or
+is racy) has its recorded candidates probed again: a new file that would now be found (a
+header that shadows a later one, a deleted header brought back) fails the check; an
+unrelated new file does not.
+
+ctime is the field that cannot be set back: `os.utime` restores mtime after an in-place
+rewrite, but the kernel sets ctime to now, so the rewrite is seen (issue 16, item 6).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat as stat_mod
+import time
+from typing import Any
+
+RACY_S = 2.0
+_RACY_NS = int(RACY_S * 1e9)
+
+
+def file_sig(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def dir_sig(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def is_racy(st: os.stat_result, since_s: float) -> bool:
+    """True if `st` changed too close to `since_s` (when it was read) to trust its stat."""
+    return max(st.st_mtime_ns, st.st_ctime_ns) >= int(since_s * 1e9) - _RACY_NS
+
+
+def read_hash(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def nearest_dir(path: str) -> tuple[str, os.stat_result | None]:
+    """The nearest existing directory at or above dirname(path), with its stat."""
+    d = os.path.dirname(path)
+    while True:
+        try:
+            st = os.stat(d)
+        except OSError:
+            parent = os.path.dirname(d)
+            if not parent or parent == d:
+                return d, None
+            d = parent
+            continue
+        return d, st
+
+
+class Snapshot:
+    """files: path -> [size, mtime_ns, ctime_ns, ino, sha256, racy]; dirs: directory ->
+    [mtime_ns, ctime_ns, ino, racy, [absent candidate paths]]; cwd: the working directory
+    when relative names decided a lookup (else None)."""
+
+    __slots__ = ("files", "dirs", "cwd", "recorded_at", "updated")
+
+    def __init__(self, files: dict | None = None, dirs: dict | None = None,
+                 cwd: str | None = None, recorded_at: float | None = None):
+        self.files: dict[str, list] = files if files is not None else {}
+        self.dirs: dict[str, list] = dirs if dirs is not None else {}
+        self.cwd = cwd
+        self.recorded_at = time.time() if recorded_at is None else recorded_at
+        self.updated = False  # check() refreshed stat data: worth saving again
+
+    # --- recording (by the include resolver) ------------------------------------------------
+    def add_file(self, path: str, st: os.stat_result, sha: str) -> None:
+        self.files[path] = [*file_sig(st), sha, is_racy(st, self.recorded_at)]
+
+    def add_absent(self, candidate: str, dir_cache: dict[str, tuple[str, Any]]) -> None:
+        parent = os.path.dirname(candidate)
+        where = dir_cache.get(parent)
+        if where is None:
+            where = dir_cache[parent] = nearest_dir(candidate)
+        d, st = where
+        entry = self.dirs.get(d)
+        if entry is None:
+            if st is None:  # not even "/" could be read: nothing to watch; always re-probe
+                entry = self.dirs[d] = [0, 0, 0, True, []]
+            else:
+                entry = self.dirs[d] = [*dir_sig(st), is_racy(st, self.recorded_at), []]
+        if candidate not in entry[4]:
+            entry[4].append(candidate)
+
+    @property
+    def empty(self) -> bool:
+        return not self.files and not self.dirs
+
+    def paths(self) -> tuple[list[str], list[str]]:
+        """(files, directories) whose changes the check looks at."""
+        return list(self.files), list(self.dirs)
+
+    # --- checking ----------------------------------------------------------------------------
+    def check(self) -> bool:
+        """True if every recorded file has the same content and every recorded lookup would
+        find the same thing. Updates stat data of files and directories found unchanged in
+        content, so the next check is a stat again."""
+        if self.cwd is not None and os.getcwd() != self.cwd:
+            return False
+        now = time.time()
+        stat = os.stat
+        for path, rec in self.files.items():
+            try:
+                st = stat(path)
+            except OSError:
+                return False
+            if rec[5] or (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) != tuple(rec[:4]):
+                if st.st_size != rec[0] or not stat_mod.S_ISREG(st.st_mode):
+                    return False
+                try:
+                    sha = read_hash(path)
+                except OSError:
+                    return False
+                if sha != rec[4]:
+                    return False
+                rec[:4] = file_sig(st)
+                rec[5] = is_racy(st, now)
+                self.updated = True
+        for d, rec in list(self.dirs.items()):
+            try:
+                st = stat(d)
+            except OSError:
+                st = None
+            if st is not None and not rec[3] and dir_sig(st) == tuple(rec[:3]):
+                continue
+            if not self._reprobe(d, rec, now):
+                return False
+        return True
+
+    def _reprobe(self, d: str, rec: list, now: float) -> bool:
+        """A directory changed: its candidates must still be absent; record them again under
+        whatever directory now is nearest (a created subdirectory is watched from then on)."""
+        candidates = rec[4]
+        for cand in candidates:
+            try:
+                if stat_mod.S_ISREG(os.stat(cand).st_mode):
+                    return False
+            except OSError:
+                pass
+        del self.dirs[d]
+        self.updated = True
+        saved, self.recorded_at = self.recorded_at, now
+        try:
+            cache: dict[str, tuple[str, Any]] = {}
+            for cand in candidates:
+                self.add_absent(cand, cache)
+        finally:
+            self.recorded_at = saved
+        return True
+
+    # --- persistence -------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """Files grouped by directory (a third of the size: paths share long prefixes)."""
+        grouped: dict[str, dict[str, list]] = {}
+        for path, rec in self.files.items():
+            d, base = os.path.split(path)
+            grouped.setdefault(d, {})[base] = rec
+        return {"files": grouped, "dirs": self.dirs, "cwd": self.cwd,
+                "recorded_at": self.recorded_at}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Snapshot | None":
+        """A snapshot from its JSON, or None if it is not shaped like one. Values are not
+        checked one by one: a wrong one can only fail check() (or raise there), never pass."""
+        try:
+            files = {os.path.join(d, base): rec
+                     for d, group in data["files"].items() for base, rec in group.items()}
+            dirs = data["dirs"]
+            cwd = data["cwd"]
+            if not isinstance(dirs, dict) or (cwd is not None and not isinstance(cwd, str)):
+                return None
+            return cls(files, dirs, cwd, float(data["recorded_at"]))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None

@@ -1,0 +1,50 @@
+"""Source text a compiler can take whole: UTF-8, with no NUL byte.
+
+NVRTC reads a source as a C string, so a NUL byte ends it there and everything after is
+silently dropped: the compile "succeeds" without the rest of the file. Non-UTF-8 bytes
+cannot become the str kjit.compile takes. Both are refused here with the file name and
+the byte offset (and line) of the first bad byte.
+"""
+from __future__ import annotations
+
+import os
+
+from ..errors import InvalidOptionError
+
+
+def _where(data: bytes, offset: int) -> str:
+    line = data.count(b"\n", 0, offset) + 1
+    return f"byte offset {offset} (line {line})"
+
+
+def decode(data: bytes, name: str) -> str:
+    """`data` as text; InvalidOptionError naming `name` and the offset of a bad byte."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidOptionError(
+            f"{name}: not UTF-8 text: byte 0x{data[exc.start]:02x} at {_where(data, exc.start)} "
+            "cannot be decoded; save the file as UTF-8") from None
+    check(text, name, data)
+    return text
+
+
+def check(text: str, name: str, data: bytes | None = None) -> None:
+    """InvalidOptionError if `text` holds a NUL, which would cut the source short."""
+    if "\0" not in text:
+        return
+    data = data if data is not None else text.encode("utf-8", "surrogatepass")
+    offset = data.find(b"\0")
+    raise InvalidOptionError(
+        f"{name}: NUL byte at {_where(data, offset)}: the compiler would silently ignore "
+        "everything after it; remove it (is this a binary file?)")
+
+
+def read(path: str | os.PathLike[str]) -> str:
+    """The text of a source file, checked as above."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise InvalidOptionError(f"cannot read source {path}: {exc.strerror or exc}") from None
+    return decode(data, os.fspath(path))

@@ -1,0 +1,2 @@
+// kjit device-side <float.h>: the same as <cfloat>.
+#include "cfloat"

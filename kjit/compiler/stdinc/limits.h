@@ -1,0 +1,2 @@
+// kjit device-side <limits.h>: the same as <climits>.
+#include "climits"

@@ -1,0 +1,2 @@
+// kjit device-side <math.h>: the same as <cmath>.
+#include "cmath"

@@ -1,0 +1,2 @@
+// kjit device-side <stddef.h>: the same as <cstddef>.
+#include "cstddef"

@@ -1,0 +1,2 @@
+// kjit device-side <stdint.h>: the same as <cstdint>.
+#include "cstdint"

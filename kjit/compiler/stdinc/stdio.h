@@ -1,0 +1,2 @@
+// kjit device-side <stdio.h>: the same as <cstdio>.
+#include "cstdio"

@@ -1,0 +1,2 @@
+// kjit device-side <stdlib.h>: the same as <cstdlib>.
+#include "cstdlib"

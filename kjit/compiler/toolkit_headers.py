@@ -1,0 +1,262 @@
+"""The CUDA toolkit headers every CUDA compile can include without -I: CCCL (cub/, thrust/,
+cuda/std, cuda/atomic, nv/target) and the CUDA runtime headers (cuda_fp16.h, cuda_bf16.h,
+cuda_fp8.h, mma.h, cooperative_groups/, with crt/ from the nvidia-cuda-crt wheel), from
+NVIDIA's wheels, found by cuda-pathfinder.
+
+They are searched after everything the user gives (in-memory headers, -I directories), CCCL
+first: the two directories overlap only in nv/, which the CCCL wheel installs identically in
+both. The cache key hashes whatever a compile reads from them like any other header, so an
+upgraded wheel changes the key without kjit knowing about versions.
+
+Importing cuda.pathfinder costs ~60 ms, more than a whole fresh-process disk hit may, so its
+answer is kept in the cache directory (toolkit-headers.json) under everything it depends on:
+the interpreter's prefixes, the environment variables pathfinder reads and the installed
+versions of the wheels involved (read from .dist-info names). A recorded directory that no
+longer holds its anchor header is asked again.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import sys
+from typing import Any
+
+RECORD_FILE = "toolkit-headers.json"
+# (pathfinder's name, the header that proves the directory is right), in search order.
+LIBS = (("cccl", "cuda/std/version"), ("cudart", "cuda_runtime.h"))
+# Where the wheels put them, below a sys.path entry (as pathfinder's catalog has it): for
+# wheels installed with `pip install --target` or on PYTHONPATH, which pathfinder's header
+# search (site-packages only) does not look at.
+WHEEL_DIRS = {"cccl": ("nvidia/cu13/include/cccl", "nvidia/cuda_cccl/include"),
+              "cudart": ("nvidia/cu13/include", "nvidia/cuda_runtime/include")}
+# The wheels that can provide each, newest naming first.
+PROVIDERS = {"cccl": ("nvidia-cuda-cccl", "nvidia-cuda-cccl-cu13", "nvidia-cuda-cccl-cu12"),
+             "cudart": ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12")}
+# Wheels that add to a directory another wheel provides (mma.h includes crt/mma.h).
+ALSO = {"cudart": ("nvidia-cuda-crt",)}
+_NVRTC_DISTS = ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu13", "nvidia-cuda-nvrtc-cu12")
+_ENV = ("CONDA_PREFIX", "CUDA_PATH", "CUDA_HOME", "PYTHONUSERBASE")
+# The combinations the test suite has compiled the corpus (tests/corpus) with.
+TESTED = ("NVRTC 13.5 (nvidia-cuda-nvrtc 13.5.37) with nvidia-cuda-cccl 13.3 (CCCL 3.5.0), "
+          "nvidia-cuda-runtime 13.5.37 and nvidia-cuda-crt 13.5.37")
+
+
+@functools.lru_cache(maxsize=None)
+def installed() -> dict[str, str]:
+    """Installed distributions -> version, from the .dist-info names on sys.path (the first
+    one wins, as for imports). importlib.metadata would cost ~20 ms."""
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".") if entry else ()
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info") and "-" in name:
+                dist, _, version = name[:-len(".dist-info")].partition("-")
+                found.setdefault(_normalise(dist), version)
+    return found
+
+
+def _normalise(dist: str) -> str:
+    return re.sub(r"[-_.]+", "-", dist).lower()
+
+
+def package_version(dists: tuple[str, ...]) -> tuple[str, str] | None:
+    """(distribution, version) of the first of `dists` that is installed."""
+    have = installed()
+    for d in dists:
+        if _normalise(d) in have:
+            return d, have[_normalise(d)]
+    return None
+
+
+def _identity() -> str:
+    import site
+    wheels = [package_version(PROVIDERS[lib]) for lib, _ in LIBS]
+    wheels.append(package_version(("cuda-pathfinder",)))
+    wheels.append(package_version(("cuda-toolkit",)))
+    text = json.dumps([sys.prefix, sys.base_prefix, bool(site.ENABLE_USER_SITE),
+                       [os.environ.get(v) for v in _ENV], wheels])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _record_path():
+    if os.environ.get("KJIT_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    try:
+        from ..locations import cache_dir
+        return cache_dir() / RECORD_FILE
+    except Exception:
+        return None
+
+
+def _ask_pathfinder() -> dict[str, str | None]:
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+    except ImportError:
+        return {lib: None for lib, _ in LIBS}
+    out: dict[str, str | None] = {}
+    for lib, _ in LIBS:
+        try:
+            out[lib] = find_nvidia_header_directory(lib)
+        except Exception:  # pathfinder raises for what it cannot describe: not found, to us
+            out[lib] = None
+    return out
+
+
+def _valid(found: Any) -> bool:
+    if not isinstance(found, dict):
+        return False
+    for lib, anchor in LIBS:
+        d = found.get(lib)
+        if d is not None and not (isinstance(d, str) and os.path.isfile(os.path.join(d, anchor))):
+            return False
+    return True
+
+
+def _on_sys_path(lib: str, anchor: str) -> str | None:
+    """The first sys.path entry holding `lib`'s wheel directory (a few stats: not cached)."""
+    for entry in sys.path:
+        if not entry:
+            continue
+        for rel in WHEEL_DIRS[lib]:
+            d = os.path.join(entry, rel)
+            if os.path.isfile(os.path.join(d, anchor)):
+                return os.path.realpath(d)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def located() -> dict[str, str | None]:
+    """{"cccl": dir or None, "cudart": dir or None}: pathfinder's answer (remembered across
+    processes), else the wheel's directory on sys.path."""
+    # A wheel on sys.path first (site-packages, a --target directory, PYTHONPATH): what this
+    # Python environment installed, as pathfinder itself prefers wheels; then pathfinder,
+    # which also finds conda and a system toolkit (CUDA_HOME, /usr/local/cuda).
+    wheels = {lib: _on_sys_path(lib, anchor) for lib, anchor in LIBS}
+    if all(wheels.values()):
+        return wheels
+    found = _pathfinder_remembered()
+    return {lib: wheels[lib] or found.get(lib) for lib, _ in LIBS}
+
+
+def _pathfinder_remembered() -> dict[str, str | None]:
+    ident, path = _identity(), _record_path()
+    known: dict[str, Any] = {}
+    if path is not None:
+        try:
+            known = json.loads(path.read_text())
+            if not isinstance(known, dict):
+                known = {}
+            if _valid(known.get(ident)) and set(known[ident]) == {lib for lib, _ in LIBS}:
+                return dict(known[ident])
+        except (OSError, ValueError):
+            known = {}
+    found = _ask_pathfinder()
+    if path is not None:
+        try:  # write-then-rename: a reader never sees half a file; keep a few identities
+            keep = dict(list(known.items())[-15:])
+            keep[ident] = found
+            from ..fileio import replace_with
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            replace_with(path, json.dumps(keep, sort_keys=True).encode())
+        except OSError:
+            pass  # read-only cache: ask again next time
+    return found
+
+
+CRT_ANCHOR = "crt/mma.h"
+
+
+@functools.lru_cache(maxsize=None)
+def crt_dir(cudart: str | None) -> str | None:
+    """The include directory holding crt/ (nvidia-cuda-crt) when it is not the runtime
+    headers' own: wheels installed to different places (`pip install --target` beside a
+    system site-packages) split what a toolkit keeps in one include directory."""
+    if cudart is None or os.path.isfile(os.path.join(cudart, CRT_ANCHOR)):
+        return None
+    for entry in sys.path:
+        for rel in WHEEL_DIRS["cudart"]:
+            d = os.path.join(entry or ".", rel)
+            if os.path.isfile(os.path.join(d, CRT_ANCHOR)):
+                return os.path.realpath(d)
+    return None
+
+
+def dirs() -> tuple[str, ...]:
+    """The directories to search after the user's, in order (only those found)."""
+    found = located()
+    out = [found[lib] for lib, _ in LIBS if found.get(lib)]
+    crt = crt_dir(found.get("cudart"))
+    return tuple(out + [crt] if crt else out)
+
+
+def cccl_version(cccl_dir: str) -> str | None:
+    """CCCL's own version (3.5.0) from cuda/std/__cccl/version.h."""
+    try:
+        with open(os.path.join(cccl_dir, "cuda", "std", "__cccl", "version.h")) as f:
+            m = re.search(r"#\s*define\s+CCCL_VERSION\s+(\d+)", f.read())
+    except OSError:
+        return None
+    if not m:
+        return None
+    v = int(m.group(1))
+    return f"{v // 1000000}.{v // 1000 % 1000}.{v % 1000}"
+
+
+def describe() -> dict[str, Any]:
+    """What `kjit info` shows: each directory, what it is and the wheel that provides it."""
+    found = located()
+    out: dict[str, Any] = {"dirs": [], "tested": TESTED}
+    for lib, _ in LIBS:
+        d = found.get(lib)
+        pkg = package_version(PROVIDERS[lib])
+        item = {"name": lib, "dir": d, "package": pkg[0] if pkg else None,
+                "version": pkg[1] if pkg else None,
+                "also": {a: v[1] for a in ALSO.get(lib, ()) if (v := package_version((a,)))}}
+        if lib == "cccl" and d:
+            item["cccl_version"] = cccl_version(d)
+        out["dirs"].append(item)
+    pf = package_version(("cuda-pathfinder",))
+    out["cuda_pathfinder"] = pf[1] if pf else None
+    return out
+
+
+_LOCATION = re.compile(r"^(?P<file>[^\n(]+?)\((?P<line>\d+)\):\s*(?:error|catastrophic error)", re.M)
+
+
+def failure_note(log: str, nvrtc_version: str) -> str:
+    """When NVRTC's log puts an error inside a toolkit header: the versions involved, so a
+    mismatch can be told from a bug in the user's code. "" otherwise."""
+    found = located()
+    roots = {lib: os.path.join(d, "") for lib, d in found.items() if d}
+    hit: tuple[str, str] | None = None
+    for m in _LOCATION.finditer(log):
+        f = os.path.normpath(m.group("file").strip())
+        for lib, root in roots.items():
+            if f.startswith(root) and (hit is None or lib == "cccl"):
+                hit = (lib, f)
+    if hit is None:
+        return ""
+    nvrtc_pkg = package_version(_NVRTC_DISTS)
+    parts = [f"NVRTC {nvrtc_version}" + (f" ({nvrtc_pkg[0]} {nvrtc_pkg[1]})" if nvrtc_pkg else "")]
+    for lib, _ in LIBS:
+        pkg = package_version(PROVIDERS[lib])
+        if not found.get(lib):
+            continue
+        label = "CCCL" if lib == "cccl" else "CUDA runtime headers"
+        if lib == "cccl":
+            v = cccl_version(found[lib])
+            label += f" {v}" if v else ""
+        wheels = [f"{pkg[0]} {pkg[1]}"] if pkg else []
+        wheels += [f"{a} {v[1]}" for a in ALSO.get(lib, ()) if (v := package_version((a,)))]
+        parts.append(label + (f" ({', '.join(wheels)})" if wheels else ""))
+    return (f"the error is inside a toolkit header ({hit[1]}); versions in use: "
+            f"{', '.join(parts)}. Tested together: {TESTED}. If your code is right, the "
+            "versions may not match: install matching wheels, or pass your own headers with "
+            "-I (they are searched first), or turn toolkit headers off "
+            "(CompileOptions(toolkit_headers=False), --no-toolkit-headers)")

@@ -1,0 +1,6 @@
+"""Readers (and the offload-bundle writer) of the binary formats kjit meets: ELF, fatbin
+containers, LZ4, clang offload bundles, .nv.info sections, and sniffing a blob's kind.
+
+Pure byte parsing: these modules import only kjit.errors and kjit.arch, so everything above
+(ObjectCode, the compiler, the linker, the runtime, the CLI) can use them.
+"""

@@ -1,0 +1,305 @@
+"""Read the entries of multi-architecture containers: CUDA fatbins and HIP offload bundles.
+
+A CUDA fatbin is one or more containers, each a 16-byte header (magic 0xBA55ED50, version,
+header size, size of what follows) and a run of entries. Each entry has its own header
+(kind PTX/ELF/LTO-IR, SM number, payload size, flags, compression) followed by the payload.
+The layout is not documented by NVIDIA; the fields below are the ones nvFatbin, nvcc and
+cuobjdump agree on (checked against `cuobjdump --list-elf --list-ptx` in the tests).
+
+`entries(code, kind)` works for every kind of ObjectCode: a fatbin or bundle gives one Entry
+per payload, anything else gives itself as the only entry, so callers need not special-case.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from .. import arch as arch_mod
+from ..errors import InvalidOptionError
+from .lz4 import lz4_block_decompress
+from .sniff import arch_from_bytes, ptx_version, sniff_kind
+
+FATBIN_MAGIC = 0xBA55ED50
+_CONTAINER = struct.Struct("<IHHQ")     # magic, version, header size, size of the entries
+# kind, version, header size, payload size, compressed size, options offset, minor, major,
+# arch, identifier offset, identifier length, flags, (reserved), uncompressed size
+_ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")
+
+ENTRY_KINDS = {1: "ptx", 2: "cubin", 8: "ltoir"}
+
+FLAG_64BIT = 0x1
+FLAG_DEBUG = 0x2
+FLAG_LINUX = 0x10
+FLAG_LZ4 = 0x2000
+FLAG_ZSTD = 0x8000
+FLAG_OBFUSCATED = 0x10000      # LTO-IR stored in a form only NVIDIA's tools decode
+FLAG_ARCH_SPECIFIC = 0x100000  # sm_90a, compute_100a
+FLAG_FAMILY = 0x200000         # sm_100f, compute_100f
+
+
+class ContainerFormatError(InvalidOptionError):
+    """The bytes claim to be a fatbin (or bundle) but are truncated or malformed."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One payload of a container.
+
+    kind: cubin, ptx, ltoir (CUDA) or hsaco (HIP); arch: sm_90, sm_90a, compute_90, gfx90a;
+    code: the payload, decompressed where kjit can (see `decoded`); name: the identifier
+    the producer gave it; stored_size: bytes it takes in the container; compression: None,
+    "lz4" or "zstd"; decoded: False when `code` is still the stored (compressed) form;
+    ptx_version: (major, minor) of a PTX entry; options: JIT options stored with PTX.
+    """
+
+    kind: str
+    arch: str
+    code: bytes
+    name: str = ""
+    stored_size: int = 0
+    compression: str | None = None
+    decoded: bool = True
+    ptx_version: tuple[int, int] | None = None
+    options: str = ""
+    flags: int = 0
+    note: str = ""
+
+    @property
+    def compressed(self) -> bool:
+        return self.compression is not None
+
+    @property
+    def size(self) -> int:
+        return len(self.code)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able summary (no payload)."""
+        return {"kind": self.kind, "arch": self.arch, "size": self.size,
+                "stored_size": self.stored_size or self.size, "name": self.name,
+                "compressed": self.compressed, "compression": self.compression,
+                "decoded": self.decoded,
+                "ptx_version": ".".join(map(str, self.ptx_version)) if self.ptx_version else None,
+                "options": self.options, **({"note": self.note} if self.note else {})}
+
+
+def entries(code: bytes, kind: str | None = None) -> list[Entry]:
+    """The payloads of `code`. Fatbins are parsed here; "hipfb" (clang offload bundles) is
+    read by kjit.hip.bundle; any other kind is returned as a single entry of itself."""
+    code = bytes(code)
+    if not kind:
+        kind = sniff_kind(code)
+    if kind == "fatbin":
+        return read_fatbin(code)
+    if kind == "hipfb":
+        from .bundle import read_bundle
+        return [e if isinstance(e, Entry) else
+                Entry(kind=e.kind, arch=e.arch, code=bytes(e.code),
+                      name=getattr(e, "entry_id", "") or "", stored_size=len(e.code))
+                for e in read_bundle(code)]
+    if kind in ("cubin", "object"):
+        kind = sniff_kind(code)  # e_type decides between the two
+    return [Entry(kind=kind, arch=arch_from_bytes(code, kind) or "", code=code,
+                  stored_size=len(code), ptx_version=ptx_version(code) if kind == "ptx" else None)]
+
+
+def runs_on(entry_arch: str, device_arch: str) -> bool:
+    """Whether the driver can use an entry built for `entry_arch` on a `device_arch` GPU.
+
+    cubin sm_XY: same major, minor >= Y; PTX compute_XY: any sm >= XY (JIT); the
+    arch-specific sm_XYa / compute_XYa: exactly XY; the family sm_XYf / compute_XYf: same
+    major, minor >= Y."""
+    e, d = arch_mod.parse(entry_arch), arch_mod.parse(device_arch)
+    if e.suffix == "a":
+        return e.number == d.number
+    if e.virtual and not e.suffix:
+        return d.number >= e.number
+    return e.number // 10 == d.number // 10 and d.number >= e.number
+
+
+def best_entry(items: list[Entry], device_arch: str) -> Entry | None:
+    """The entry the driver would use on `device_arch` (sm_90): the closest cubin, else
+    the newest PTX it can JIT, else None. Undecodable entries count too (the driver
+    decodes them), so check `.decoded` before using `.code`."""
+    def number(e: Entry) -> int:
+        return int("".join(ch for ch in e.arch.split("_", 1)[1] if ch.isdigit()))
+    cubins = [e for e in items if e.kind == "cubin" and runs_on(e.arch, device_arch)]
+    if cubins:
+        return max(cubins, key=lambda e: (number(e), e.arch.endswith("a")))
+    ptx = [e for e in items if e.kind == "ptx" and runs_on(e.arch, device_arch)]
+    return max(ptx, key=number) if ptx else None
+
+
+def read_fatbin(data: bytes) -> list[Entry]:
+    """Every entry of every container in a fatbin image (e.g. a .fatbin file or an
+    .nv_fatbin section). Raises ContainerFormatError naming the offset of what is wrong."""
+    data = bytes(data)
+    out: list[Entry] = []
+    off = 0
+    while off < len(data):
+        if len(data) - off < _CONTAINER.size:
+            if not data[off:].strip(b"\0"):
+                break  # zero padding after the last container
+            raise ContainerFormatError(
+                f"fatbin truncated: {len(data) - off} stray bytes at offset {off}, too few for "
+                "a container header")
+        magic, _version, header_size, body_size = _CONTAINER.unpack_from(data, off)
+        if magic != FATBIN_MAGIC:
+            if off and not data[off:].strip(b"\0"):
+                break
+            raise ContainerFormatError(
+                f"not a fatbin container at offset {off}: magic 0x{magic:08X}, expected "
+                f"0x{FATBIN_MAGIC:08X}")
+        if header_size < _CONTAINER.size:
+            raise ContainerFormatError(f"fatbin container at offset {off}: bad header size {header_size}")
+        start, end = off + header_size, off + header_size + body_size
+        if end > len(data):
+            raise ContainerFormatError(
+                f"fatbin truncated: the container at offset {off} declares {body_size} bytes of "
+                f"entries but only {len(data) - start} remain (file cut short?)")
+        pos = start
+        while pos < end:
+            entry, pos = _read_entry(data, pos, end)
+            out.append(entry)
+        off = end
+    if not out and not data.startswith(struct.pack("<I", FATBIN_MAGIC)):
+        raise ContainerFormatError("not a fatbin: no container header found")
+    return out
+
+
+def _read_entry(data: bytes, pos: int, end: int) -> tuple[Entry, int]:
+    if end - pos < _ENTRY.size:
+        raise ContainerFormatError(
+            f"fatbin truncated: entry header at offset {pos} needs {_ENTRY.size} bytes, "
+            f"{end - pos} remain")
+    (kind_code, _ver, header_size, payload_size, compressed_size, options_off, minor, major,
+     sm, name_off, name_len, flags, _reserved, uncompressed_size) = _ENTRY.unpack_from(data, pos)
+    if header_size < _ENTRY.size or pos + header_size + payload_size > end:
+        raise ContainerFormatError(
+            f"fatbin truncated or corrupt: entry at offset {pos} declares a {header_size}-byte "
+            f"header and {payload_size}-byte payload, but its container ends at {end}")
+    header = data[pos:pos + header_size]
+    name = _cstring(header, name_off, name_len)
+    options = _options(header, options_off)
+    kind = ENTRY_KINDS.get(kind_code, f"kind{kind_code}")
+    suffix = "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY else ""
+    arch = f"{'compute' if kind == 'ptx' else 'sm'}_{sm}{suffix}"
+    stored = data[pos + header_size:pos + header_size + payload_size]
+    compression = "lz4" if flags & FLAG_LZ4 else "zstd" if flags & FLAG_ZSTD else None
+    code, decoded, note = stored, True, ""
+    if compression:
+        stored = stored[:compressed_size] if compressed_size else stored
+        code, note = _decompress(compression, stored, uncompressed_size, flags)
+        decoded = code is not None
+        code = code if code is not None else stored
+    elif flags & FLAG_OBFUSCATED:
+        decoded, note = False, "stored in a form only NVIDIA's tools decode"
+    if decoded:
+        code = _trim(kind, code)
+    entry = Entry(kind=kind, arch=arch, code=code, name=name, stored_size=payload_size,
+                  compression=compression, decoded=decoded,
+                  ptx_version=(major, minor) if kind == "ptx" else None, options=options,
+                  flags=flags, note=note)
+    return entry, pos + header_size + payload_size
+
+
+def _cstring(header: bytes, off: int, length: int) -> str:
+    if not off or off >= len(header):
+        return ""
+    raw = header[off:off + length] if length else header[off:]
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def _options(header: bytes, off: int) -> str:
+    # The options block is (u32 offset of the text from the entry header, u32 length).
+    if not off or off + 8 > len(header):
+        return ""
+    text_off, length = struct.unpack_from("<II", header, off)
+    if not length or text_off + length > len(header):
+        return ""
+    return header[text_off:text_off + length].split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def _trim(kind: str, code: bytes) -> bytes:
+    """Drop the zero padding the container adds after a payload."""
+    if kind == "ptx":
+        return code.rstrip(b"\0")
+    if kind == "cubin" and code[:4] == b"\x7fELF":
+        return code[:_elf_extent(code)]
+    return code
+
+
+def _elf_extent(code: bytes) -> int:
+    """The length of an ELF64 image: the furthest end of its headers and sections."""
+    if len(code) < 64:
+        return len(code)
+    phoff, shoff = struct.unpack_from("<QQ", code, 32)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", code, 54)
+    extent = max(64, phoff + phentsize * phnum, shoff + shentsize * shnum)
+    for i in range(shnum):
+        at = shoff + i * shentsize
+        if at + 64 > len(code):
+            return len(code)
+        sh_type, = struct.unpack_from("<I", code, at + 4)
+        sh_off, sh_size = struct.unpack_from("<QQ", code, at + 24)
+        if sh_type != 8:  # SHT_NOBITS occupies no file space
+            extent = max(extent, sh_off + sh_size)
+    return min(extent, len(code))
+
+
+# A fatbin entry's declared uncompressed size is trusted only this far: decoding never
+# holds more than the declared size, and the declared size itself is capped.
+MAX_ENTRY_BYTES = 1 << 30
+
+
+def _decompress(method: str, stored: bytes, size: int, flags: int) -> tuple[bytes | None, str]:
+    if flags & FLAG_OBFUSCATED:
+        return None, "compressed and stored in a form only NVIDIA's tools decode"
+    if size > MAX_ENTRY_BYTES:
+        raise ContainerFormatError(f"corrupt {method} entry in fatbin: it declares {size} "
+                                   f"uncompressed bytes, more than the {MAX_ENTRY_BYTES} kjit accepts")
+    try:
+        if method == "lz4":
+            return lz4_block_decompress(stored, size, MAX_ENTRY_BYTES), ""
+        zstd = _zstd_decompressor()
+        if zstd is None:
+            return None, ("zstd-compressed; install the 'zstandard' package to read it, or "
+                          "build with --compress none")
+        out = zstd(stored, size or MAX_ENTRY_BYTES)
+        if size and len(out) != size:
+            raise ValueError(f"decodes to {'more' if len(out) > size else len(out)} bytes, "
+                             f"not the {size} its header declares")
+        return out, ""
+    except (ValueError, IndexError) as exc:
+        raise ContainerFormatError(f"corrupt {method} entry in fatbin: {exc}") from None
+    except Exception as exc:  # the zstd libraries' own error types
+        raise ContainerFormatError(f"corrupt {method} entry in fatbin: {exc}") from None
+
+
+def _zstd_decompressor():
+    """decompress(data, limit): at most limit + 1 bytes of output, whatever the frame claims."""
+    try:  # Python 3.14+
+        from compression import zstd as _z  # type: ignore[import-not-found]
+        return lambda data, limit: _z.ZstdDecompressor().decompress(data, max_length=limit + 1)
+    except ImportError:
+        pass
+    try:
+        import zstandard  # type: ignore[import-not-found]
+
+        def via_zstandard(data: bytes, limit: int) -> bytes:
+            out = bytearray()  # in chunks: read(n) would allocate n bytes at once
+            with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+                while len(out) <= limit:
+                    chunk = reader.read(min(1 << 20, limit + 1 - len(out)))
+                    if not chunk:
+                        break
+                    out += chunk
+            return bytes(out)
+        return via_zstandard
+    except ImportError:
+        pass
+    try:
+        import pyzstd  # type: ignore[import-not-found]
+        return lambda data, limit: pyzstd.ZstdDecompressor().decompress(data, max_length=limit + 1)
+    except ImportError:
+        return None

@@ -1,0 +1,179 @@
+"""Per-kernel resource usage read from a cubin's ELF sections, without a GPU.
+
+Where each figure lives (checked against `cuobjdump --dump-resource-usage` and, on the GPU
+machine, cuFuncGetAttribute):
+- registers: the EIATTR_REGCOUNT record for the kernel's symbol in the global `.nv.info`
+  section. Older cubins instead keep it in bits 24..31 of `.text.<kernel>`'s sh_info; that
+  is the fallback (NVRTC 13 cubins leave those bits 0).
+- shared: the size of `.nv.shared.<kernel>` (static __shared__ data). From sm_90 on, ptxas
+  puts the 1 KiB the system reserves per block at the start of that section, so the
+  kernel's own static shared memory is the section size less 1 KiB there.
+- local: EIATTR_FRAME_SIZE, the per-thread stack frame: local arrays and register spills.
+  (How much of it is spills is not recorded in the cubin; ptxas -v prints that.)
+- max threads: EIATTR_MAX_THREADS (from __launch_bounds__) or EIATTR_REQNTID.
+- parameters: EIATTR_CBANK_PARAM_SIZE, and EIATTR_KPARAM_INFO for each parameter.
+
+`.nv.info` records are (format u8, attribute u8, value): EIFMT_NVAL has no value, BVAL a
+byte, HVAL a u16, SVAL a u16 length and that many bytes; every record is 4-byte aligned.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .elf import ElfFile, ElfFormatError
+from ..errors import InvalidOptionError
+
+EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL, EIFMT_SVAL = 1, 2, 3, 4
+
+EIATTR = {
+    0x04: "CTAIDZ_USED", 0x05: "MAX_THREADS", 0x0A: "PARAM_CBANK", 0x0F: "EXTERNS",
+    0x10: "REQNTID", 0x11: "FRAME_SIZE", 0x12: "MIN_STACK_SIZE", 0x17: "KPARAM_INFO",
+    0x19: "CBANK_PARAM_SIZE", 0x1B: "MAXREG_COUNT", 0x1C: "EXIT_INSTR_OFFSETS",
+    0x23: "MAX_STACK_SIZE", 0x2F: "REGCOUNT", 0x37: "CUDA_API_VERSION", 0x4C: "NUM_BARRIERS",
+}
+_BY_NAME = {v: k for k, v in EIATTR.items()}
+
+# Shared memory that sm_90+ cubins place at the start of every kernel's shared window.
+SYSTEM_RESERVED_SHARED = 1024
+
+
+@dataclass(frozen=True)
+class Attribute:
+    format: int
+    code: int
+    value: Any            # None, int (BVAL/HVAL) or bytes (SVAL)
+
+    @property
+    def name(self) -> str:
+        return EIATTR.get(self.code, f"0x{self.code:02x}")
+
+    def u32s(self) -> tuple[int, ...]:
+        raw = self.value if isinstance(self.value, bytes) else b""
+        return struct.unpack_from(f"<{len(raw) // 4}I", raw)
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    ordinal: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What one kernel of a cubin uses. Byte counts; None where the cubin does not say."""
+
+    name: str
+    arch: str
+    registers: int | None
+    shared_bytes: int                 # static shared memory of the kernel (driver's SHARED_SIZE_BYTES)
+    shared_section_bytes: int         # raw .nv.shared.<kernel> size (cuobjdump's SHARED)
+    local_bytes: int                  # per-thread local memory: frame (local arrays + spills)
+    stack_bytes: int                  # minimum stack size (cuobjdump's STACK)
+    const_bytes: int                  # .nv.constant0.<kernel> (cuobjdump's CONSTANT[0])
+    param_bytes: int | None
+    max_threads: int | None           # product of __launch_bounds__/reqntid dims
+    max_threads_dims: tuple[int, ...] | None = None
+    reqntid: tuple[int, ...] | None = None
+    max_registers: int | None = None  # the cap ptxas worked under (EIATTR_MAXREG_COUNT)
+    barriers: int | None = None
+    params: tuple[ParamInfo, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["params"] = [asdict(p) for p in self.params]
+        for k in ("max_threads_dims", "reqntid"):
+            d[k] = list(d[k]) if d[k] is not None else None
+        return d
+
+
+def parse_nvinfo(data: bytes) -> list[Attribute]:
+    """The records of one .nv.info section."""
+    out: list[Attribute] = []
+    off = 0
+    while off + 2 <= len(data):
+        fmt, code = data[off], data[off + 1]
+        if fmt == EIFMT_SVAL:
+            if off + 4 > len(data):
+                raise InvalidOptionError(f"truncated .nv.info record at offset {off}")
+            (n,) = struct.unpack_from("<H", data, off + 2)
+            if off + 4 + n > len(data):
+                raise InvalidOptionError(f"truncated .nv.info record at offset {off}")
+            out.append(Attribute(fmt, code, bytes(data[off + 4:off + 4 + n])))
+            off += 4 + n
+        elif fmt == EIFMT_HVAL:
+            out.append(Attribute(fmt, code, struct.unpack_from("<H", data, off + 2)[0]))
+            off += 4
+        elif fmt == EIFMT_BVAL:
+            out.append(Attribute(fmt, code, data[off + 2]))
+            off += 4
+        elif fmt == EIFMT_NVAL:
+            out.append(Attribute(fmt, code, None))
+            off += 4
+        else:
+            raise InvalidOptionError(f"unknown .nv.info record format {fmt} at offset {off}")
+    return out
+
+
+def kernel_resources(cubin: bytes) -> list[KernelResources]:
+    """Resource usage of every kernel in a cubin, sorted by name."""
+    try:
+        elf = ElfFile(cubin)
+    except ElfFormatError as exc:
+        raise InvalidOptionError(f"not a cubin: {exc}") from None
+    arch = f"sm_{elf.cuda_sm}"
+    sections = {s.name: s for s in elf.sections}
+    symbols = elf.symbols
+
+    # Global .nv.info: per-function records keyed by symbol index.
+    per_symbol: dict[str, dict[str, int]] = {}
+    if ".nv.info" in sections:
+        for attr in parse_nvinfo(elf.section_bytes(sections[".nv.info"])):
+            if attr.name in ("REGCOUNT", "FRAME_SIZE", "MIN_STACK_SIZE", "MAX_STACK_SIZE"):
+                sym_index, value = attr.u32s()[:2]
+                if sym_index < len(symbols):
+                    per_symbol.setdefault(symbols[sym_index].name, {})[attr.name] = value
+
+    reserved = SYSTEM_RESERVED_SHARED if elf.cuda_sm >= 90 else 0
+    out = []
+    for name in elf.cuda_kernels():
+        glob = per_symbol.get(name, {})
+        attrs = parse_nvinfo(elf.section_bytes(sections[f".nv.info.{name}"])) \
+            if f".nv.info.{name}" in sections else []
+        first = {}
+        for a in attrs:
+            first.setdefault(a.name, a)
+        registers = glob.get("REGCOUNT")
+        text = sections.get(f".text.{name}")
+        if registers is None and text is not None and text.info >> 24:
+            registers = text.info >> 24
+        shared_sec = sections.get(f".nv.shared.{name}")
+        shared_raw = shared_sec.size if shared_sec is not None else 0
+        const = sections.get(f".nv.constant0.{name}")
+        dims = first["MAX_THREADS"].u32s() if "MAX_THREADS" in first else None
+        reqntid = first["REQNTID"].u32s() if "REQNTID" in first else None
+        bound = dims or reqntid
+        max_threads = None
+        if bound:
+            max_threads = 1
+            for d in bound:
+                max_threads *= max(d, 1)
+        params = []
+        for a in attrs:
+            if a.name == "KPARAM_INFO" and isinstance(a.value, bytes) and len(a.value) >= 12:
+                _index, ordinal, offset, packed = struct.unpack_from("<IHHI", a.value)
+                params.append(ParamInfo(ordinal, offset, (packed >> 18) & 0x3FFF))
+        out.append(KernelResources(
+            name=name, arch=arch, registers=registers,
+            shared_bytes=max(shared_raw - reserved, 0), shared_section_bytes=shared_raw,
+            local_bytes=glob.get("FRAME_SIZE", 0), stack_bytes=glob.get("MIN_STACK_SIZE", 0),
+            const_bytes=const.size if const is not None else 0,
+            param_bytes=first["CBANK_PARAM_SIZE"].value if "CBANK_PARAM_SIZE" in first else None,
+            max_threads=max_threads, max_threads_dims=tuple(dims) if dims else None,
+            reqntid=tuple(reqntid) if reqntid else None,
+            max_registers=first["MAXREG_COUNT"].value if "MAXREG_COUNT" in first else None,
+            barriers=first["NUM_BARRIERS"].value if "NUM_BARRIERS" in first else None,
+            params=tuple(sorted(params, key=lambda p: p.ordinal))))
+    return out

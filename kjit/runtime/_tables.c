@@ -1,0 +1,111 @@
+#include "_launch.h"
+#include <stddef.h>
+#include <structmember.h>
+
+/* k[grid, block] and f[grid, block] without a Python frame: the README's idiom pays one
+ * dict lookup in C before its Launcher runs. Kernel and KernelFunction (kjit/runtime/kernel.py,
+ * kjit/decorator.py) subclass these bases; a miss, or anything unusual, goes to their Python
+ * methods `_configure(config)` and `_getitem_slow(config)`, which also raise every error. */
+static PyObject* s_configure = NULL;
+static PyObject* s_getitem_slow = NULL;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject* table;   /* KernelBase: config -> Launcher; KernelFunctionBase: context -> Kernel */
+} TableBase;
+
+static int table_traverse(PyObject* op, visitproc visit, void* arg) {
+    Py_VISIT(((TableBase*)op)->table);
+    return 0;
+}
+
+static int table_clear(PyObject* op) {
+    Py_CLEAR(((TableBase*)op)->table);
+    return 0;
+}
+
+static void table_dealloc(PyObject* op) {
+    PyObject_GC_UnTrack(op);
+    table_clear(op);
+    Py_TYPE(op)->tp_free(op);
+}
+
+static PyObject* kernel_subscript(PyObject* self, PyObject* config) {
+    PyObject* table = ((TableBase*)self)->table;
+    if (table && PyDict_CheckExact(table)) {
+        PyObject* hit = PyDict_GetItemWithError(table, config);   /* borrowed */
+        if (hit) return Py_NewRef(hit);
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
+            PyErr_Clear();   /* k[[2, 1], 32]: a list is a fine config, just not a key */
+        }
+    }
+    return PyObject_CallMethodOneArg(self, s_configure, config);
+}
+
+static PyObject* function_subscript(PyObject* self, PyObject* config) {
+    PyObject* table = ((TableBase*)self)->table;
+    void* ctx = NULL;
+    if (table && PyDict_CheckExact(table) && kjit_cu_ctx_current && kjit_cu_ctx_current(&ctx) == 0 && ctx) {
+        PyObject* key = PyLong_FromVoidPtr(ctx);
+        if (!key) return NULL;
+        PyObject* kernel = PyDict_GetItemWithError(table, key);   /* borrowed */
+        Py_DECREF(key);
+        if (kernel) return PyObject_GetItem(kernel, config);
+        if (PyErr_Occurred()) return NULL;
+    }
+    return PyObject_CallMethodOneArg(self, s_getitem_slow, config);
+}
+
+static PyMemberDef kernel_members[] = {
+    {"_configs", T_OBJECT, offsetof(TableBase, table), 0, "config -> launcher"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyMemberDef function_members[] = {
+    {"_by_current", T_OBJECT, offsetof(TableBase, table), 0, "current context -> Kernel"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyMappingMethods kernel_mapping = {.mp_subscript = kernel_subscript};
+static PyMappingMethods function_mapping = {.mp_subscript = function_subscript};
+
+static PyTypeObject KernelBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kjit.runtime._launch.KernelBase",
+    .tp_basicsize = sizeof(TableBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_traverse = table_traverse,
+    .tp_clear = table_clear,
+    .tp_dealloc = table_dealloc,
+    .tp_as_mapping = &kernel_mapping,
+    .tp_members = kernel_members,
+    .tp_doc = "k[config] from the _configs table in C; a miss calls self._configure(config).",
+};
+
+static PyTypeObject KernelFunctionBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kjit.runtime._launch.KernelFunctionBase",
+    .tp_basicsize = sizeof(TableBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_traverse = table_traverse,
+    .tp_clear = table_clear,
+    .tp_dealloc = table_dealloc,
+    .tp_as_mapping = &function_mapping,
+    .tp_members = function_members,
+    .tp_doc = "f[config]: the current context's Kernel from _by_current, then its [config], in C; "
+              "anything else calls self._getitem_slow(config).",
+};
+
+int kjit_tables_init(PyObject* m) {
+    s_configure = PyUnicode_InternFromString("_configure");
+    s_getitem_slow = PyUnicode_InternFromString("_getitem_slow");
+    if (!s_configure || !s_getitem_slow) return -1;
+    if (PyType_Ready(&KernelBaseType) < 0 || PyType_Ready(&KernelFunctionBaseType) < 0) return -1;
+    if (PyModule_AddObjectRef(m, "KernelBase", (PyObject*)&KernelBaseType) < 0 ||
+            PyModule_AddObjectRef(m, "KernelFunctionBase", (PyObject*)&KernelFunctionBaseType) < 0)
+        return -1;
+    return 0;
+}

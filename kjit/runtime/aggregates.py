@@ -1,0 +1,135 @@
+"""Parameters passed as bytes: structs and vectors (float4...) laid out with device alignment
+from tuples, dicts, numpy records or ctypes Structures, and parameters of unknown type, which
+accept only values whose bytes are unambiguous."""
+from __future__ import annotations
+
+import ctypes
+import struct
+from typing import Any
+
+from ..errors import ArgumentError
+from . import dtypes
+from .cdecl import struct_dtype
+from .dtypes import is_numpy
+from .memory import DeviceArray
+from .pointers import address_of, ptr
+from .slots import ParamSlot
+
+
+def aggregate(slot: ParamSlot, value: Any) -> bytes:
+    """Vectors (float4...) and structs, laid out with device alignment."""
+    c = slot.ctype
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return exact_bytes(slot, bytes(value))
+    np = dtypes.numpy()   # structs and vectors are laid out through a numpy structured dtype
+    out = np.zeros((), dtype=struct_dtype(c))
+    flat = [f[0] for f in c.fields]
+    try:
+        if isinstance(value, dict):
+            _assign(out, value, slot)
+        elif isinstance(value, ctypes.Structure):
+            _assign(out, {n: _ctypes_value(getattr(value, n)) for n, *_ in value._fields_}, slot)
+        elif isinstance(value, (np.void, np.ndarray)) and getattr(value, "dtype", None) is not None \
+                and value.dtype.names:
+            _assign(out, {n: value[n] for n in value.dtype.names}, slot)
+        elif c.kind == "vector" and isinstance(value, (tuple, list, np.ndarray)):
+            lanes = np.asarray(value).ravel()
+            if lanes.size != c.count:
+                raise ArgumentError(f"{slot.describe()}: expected {c.count} components, got {lanes.size}")
+            for name, lane in zip(flat, lanes):
+                _store(out, name, lane, slot)
+        elif c.kind == "struct" and isinstance(value, (tuple, list)):
+            if len(value) != len(flat):
+                raise ArgumentError(f"{slot.describe()}: expected {len(flat)} fields ({', '.join(flat)}), got {len(value)}")
+            _assign(out, dict(zip(flat, value)), slot)
+        else:
+            raise ArgumentError(
+                f"{slot.describe()}: expected a tuple, dict, numpy structured value, ctypes "
+                f"Structure or {c.size} raw bytes, got {type(value).__name__}")
+    except ArgumentError:   # already names the parameter (it is a TypeError too)
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ArgumentError(f"{slot.describe()}: {exc}") from None
+    return out.tobytes()
+
+
+def _ctypes_value(v: Any) -> Any:
+    if isinstance(v, ctypes.Structure):
+        return {n: _ctypes_value(getattr(v, n)) for n, *_ in v._fields_}
+    if isinstance(v, ctypes.Array):
+        return [_ctypes_value(x) for x in v]
+    return v
+
+
+def _assign(out: Any, values: dict, slot: ParamSlot) -> None:
+    names = out.dtype.names
+    unknown = set(values) - set(names)
+    missing = set(names) - set(values)
+    if unknown or missing:
+        raise ArgumentError(
+            f"{slot.describe()}: fields do not match the device struct ({', '.join(names)}): "
+            + (f"unknown {sorted(unknown)} " if unknown else "") + (f"missing {sorted(missing)}" if missing else ""))
+    for name in names:
+        _store(out, name, values[name], slot)
+
+
+def _store(out: Any, name: str, value: Any, slot: ParamSlot) -> None:
+    """Write one field, recursing into nested structs and vectors with the same checks as
+    top-level parameters: exact lane counts, no float into an int, no overflow."""
+    np = dtypes.numpy()
+    field_dt = out.dtype.fields[name][0]
+    if field_dt.names:
+        sub = out[name]
+        if isinstance(value, dict) or (isinstance(value, (np.void, np.ndarray)) and value.dtype.names):
+            values = value if isinstance(value, dict) else {k: value[k] for k in value.dtype.names}
+            unknown, missing = set(values) - set(field_dt.names), set(field_dt.names) - set(values)
+            if unknown or missing:
+                raise ArgumentError(
+                    f"{slot.describe()}: field {name} has fields {', '.join(field_dt.names)}; "
+                    + (f"unknown {sorted(unknown)} " if unknown else "")
+                    + (f"missing {sorted(missing)}" if missing else ""))
+        else:
+            lanes = list(np.asarray(value).ravel())
+            if len(lanes) != len(field_dt.names):
+                raise ArgumentError(f"{slot.describe()}: field {name} has {len(field_dt.names)} "
+                                    f"components, got {len(lanes)}")
+            values = dict(zip(field_dt.names, lanes))
+        for k in field_dt.names:
+            _store(sub, k, values[k], slot)
+        return
+    if field_dt.kind in "iu":
+        if isinstance(value, (float, np.floating)):
+            raise ArgumentError(f"{slot.describe()}: field {name} is an integer, got {value!r}")
+        info = np.iinfo(field_dt)
+        if not info.min <= int(value) <= info.max:
+            raise ArgumentError(f"{slot.describe()}: field {name}={value} does not fit {field_dt}")
+    elif field_dt.kind == "f":
+        with np.errstate(over="ignore"):
+            narrowed = field_dt.type(value)
+        if np.isfinite(float(value)) and not np.isfinite(narrowed):
+            raise ArgumentError(f"{slot.describe()}: field {name}={value!r} overflows {field_dt}")
+    out[name] = value
+
+
+def exact_bytes(slot: ParamSlot, data: bytes) -> bytes:
+    if len(data) != slot.size:
+        raise ArgumentError(f"{slot.describe()}: got {len(data)} bytes, the parameter has {slot.size}")
+    return data
+
+
+def raw_bytes(slot: ParamSlot, value: Any) -> bytes:
+    """Parameters of unknown type accept only values whose bytes are unambiguous."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return exact_bytes(slot, bytes(value))
+    if is_numpy(value, "generic") or (is_numpy(value, "ndarray") and not value.ndim):
+        return exact_bytes(slot, value.tobytes())
+    if isinstance(value, ctypes.Structure) or isinstance(value, ctypes._SimpleCData):
+        return exact_bytes(slot, bytes(value))
+    if slot.size == 8 and (isinstance(value, (ptr, DeviceArray)) or
+                           hasattr(value, "__cuda_array_interface__")):
+        return struct.pack("<Q", address_of(value))
+    raise ArgumentError(
+        f"{slot.describe()}: kjit does not know this parameter's C type, so a Python "
+        f"{type(value).__name__} is ambiguous; pass a numpy scalar of the exact type "
+        "(np.int32(n), np.float32(x)...), raw bytes, a ctypes value, or a device array/kjit.ptr "
+        "for a pointer")

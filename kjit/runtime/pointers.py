@@ -1,0 +1,173 @@
+"""Pointer parameters: kjit arrays, foreign device arrays (`__cuda_array_interface__`,
+`__dlpack__`), In/Out host copies and raw `kjit.ptr` addresses, each checked for element type,
+contiguity and device before a launch."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import ArgumentError
+from . import dtypes, libcuda
+from .dtypes import is_numpy
+from .memory import DeviceArray, _c_strides, _HostTransfer
+from .slots import ParamSlot
+
+
+class ptr:
+    """A raw device pointer passed to a pointer parameter: `kjit.ptr(0x7f...)`."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int):
+        if isinstance(value, bool) or not (isinstance(value, int) or is_numpy(value, "integer")) \
+                or value < 0:
+            raise ArgumentError(f"kjit.ptr takes a non-negative int address, got {value!r}")
+        self.value = int(value)
+
+    def __repr__(self) -> str:
+        return f"kjit.ptr({self.value:#x})"
+
+
+def pointer(slot: ParamSlot, value: Any, device: int, pending: list) -> int:
+    if isinstance(value, ptr):
+        return value.value
+    if isinstance(value, DeviceArray):
+        check_array(slot, value.typestr, value.is_c_contiguous, value.device, device)
+        return value.ptr
+    if isinstance(value, _HostTransfer):
+        check_array(slot, value.array.dtype.str, True, device, device)
+        check_capturable(slot, value, getattr(pending, "stream", None))
+        dev = value.to_device()
+        pending.append((value, dev))
+        return dev.ptr
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if cai is not None:
+        data, _readonly = cai["data"]
+        typestr, itemsize, _ = dtypes.resolve(cai["typestr"])
+        shape = tuple(cai["shape"])
+        strides = cai.get("strides")
+        contiguous = strides is None or tuple(strides) == _c_strides(shape, itemsize) or \
+            math.prod(shape) <= 1
+        check_array(slot, typestr, contiguous,
+                    foreign_device(value, int(data or 0), getattr(pending, "stream", None)), device)
+        learn_foreign(value, typestr)
+        return int(data or 0)
+    if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__") and \
+            not is_numpy(value, "ndarray"):
+        from .dlpack import describe
+        data, typestr, itemsize, shape, strides, dev_id = describe(value)
+        contiguous = strides is None or tuple(strides) == _c_strides(shape, itemsize)
+        check_array(slot, typestr, contiguous, dev_id, device)
+        return data
+    if is_numpy(value, "ndarray"):
+        raise ArgumentError(
+            f"{slot.describe()}: got a host numpy array; copy it first with kjit.to_device(x), or "
+            "wrap it in kjit.In(x) / kjit.Out(x) / kjit.InOut(x) to copy around the launch")
+    if (isinstance(value, int) or is_numpy(value, "integer")) and not isinstance(value, bool):
+        raise ArgumentError(
+            f"{slot.describe()}: got the int {int(value)}; pass raw addresses as kjit.ptr(address) "
+            "so an integer is never taken for a pointer by mistake")
+    raise ArgumentError(
+        f"{slot.describe()}: expected a device array (kjit.DeviceArray, CuPy, PyTorch, anything "
+        f"with __cuda_array_interface__ or __dlpack__) or kjit.ptr, got {type(value).__name__}")
+
+
+# Array types the C packer reads itself once it has seen one (kjit/runtime/_launch.c): a
+# PyTorch tensor through data_ptr() / is_contiguous() / get_device() / requires_grad, a CuPy
+# array through .data.ptr / .data.device_id / ._c_contiguous; .dtype through the table below.
+_FOREIGN_KINDS = {"torch": 1, "cupy": 2}
+_learned: set = set()
+
+
+def learn_foreign(value: Any, typestr: str) -> None:
+    """Tell the C packer that arrays of this type and dtype read as `typestr`; the next
+    launch with one is packed in C, after the same checks this path made."""
+    cls, dtype = type(value), getattr(value, "dtype", None)
+    try:
+        if (cls, dtype) in _learned:
+            return
+    except TypeError:   # an unhashable dtype: stay on this path
+        return
+    kind = _FOREIGN_KINDS.get(cls.__module__.partition(".")[0])
+    register = libcuda.c_function("register_foreign") if kind else None
+    if register is not None:
+        register(cls, kind, dtype, typestr)
+    _learned.add((cls, dtype))
+
+
+# DLPack device types (dlpack.h)
+_DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 2, 3, 13
+
+
+def foreign_device(value: Any, address: int, stream: Any = None) -> int | None:
+    """The device of a foreign array's memory (None: any device may use it, or unknown). An
+    array that declares its DLPack device (PyTorch, CuPy) is taken at its word, with no
+    driver call; for the rest (the CUDA array interface names no device) the driver says
+    whose memory the address is, except while the launch's stream is being captured, when
+    kjit asks the driver nothing it might refuse (a refused call would end the capture)."""
+    declared = getattr(value, "__dlpack_device__", None)
+    if declared is not None:
+        try:
+            dev_type, dev_id = declared()
+            dev_type = int(dev_type)
+        except Exception:   # a __dlpack_device__ that cannot answer: ask the driver
+            pass
+        else:
+            if dev_type == _DL_CUDA:
+                return int(dev_id)
+            if dev_type in (_DL_CUDA_HOST, _DL_CUDA_MANAGED):
+                return None
+    if stream is not None:
+        from .stream import capture_state
+        if capture_state(stream) is not None:
+            return None
+    return libcuda.pointer_device(address)
+
+
+def check_capturable(slot: ParamSlot, value: _HostTransfer, stream: Any) -> None:
+    """In/Out allocate, copy and wait around the launch: nothing a graph capture can record
+    (the driver would fail the call and invalidate the whole capture), so refuse first."""
+    if stream is None:
+        return
+    from .stream import capture_state
+    why = capture_state(stream)
+    if why:
+        raise ArgumentError(
+            f"{slot.describe()}: kjit.{type(value).__name__} copies a host array around the "
+            f"launch and waits for it, which a graph capture cannot record ({why}). Copy the "
+            "data into a device array before the capture (kjit.to_device, torch, CuPy) and "
+            "pass that")
+
+
+def address_of(value: Any) -> int | None:
+    """The address a pointer-like value stands for (kjit.ptr, kjit array, CUDA array
+    interface), None for anything else."""
+    if isinstance(value, ptr):
+        return value.value
+    if isinstance(value, DeviceArray):
+        return value.ptr
+    cai = getattr(value, "__cuda_array_interface__", None)
+    return int(cai["data"][0] or 0) if cai is not None else None
+
+
+def check_array(slot: ParamSlot, typestr: str, contiguous: bool, arr_device: int | None,
+                device: int) -> None:
+    want = slot.ctype.typestr if slot.ctype.kind == "pointer" else None  # word64: pointee unknown
+    if want is not None and typestr != want:
+        raise ArgumentError(
+            f"{slot.describe()}: the array holds {dtypes.name(typestr)} but the kernel reads "
+            f"{dtypes.name(want)}; convert it (e.g. x.astype(np.{dtypes.name(want)}))")
+    if not contiguous:
+        raise ArgumentError(
+            f"{slot.describe()}: the array is not C-contiguous (a strided view); the kernel "
+            "would read it as dense memory. Pass a contiguous copy, or kjit.ptr(address) if "
+            "the kernel handles the strides itself")
+    if arr_device is not None and arr_device != device:
+        raise ArgumentError(
+            f"{slot.describe()}: the array is on device {arr_device} but the kernel runs on "
+            f"device {device} (the current device). Copy the array to device {device}, or launch "
+            f"with device {arr_device} current (kjit.Device({arr_device}), "
+            f"torch.cuda.device({arr_device}), cupy.cuda.Device({arr_device})); to read it in "
+            f"place, enable peer access (kjit.Device({device}).enable_peer_access({arr_device})) "
+            "and pass kjit.ptr(address)")
+

@@ -1,0 +1,17 @@
+// One warp computes a 16x16x16 tile on tensor cores: C (float) = A (half, row-major) x
+// B (half, column-major).
+#include <mma.h>
+using namespace nvcuda;
+
+extern "C" __global__ void wmma_gemm_16x16x16(const __half* __restrict__ a,
+                                              const __half* __restrict__ b,
+                                              float* __restrict__ c) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    wmma::fill_fragment(fc, 0.0f);
+    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fb, b, 16);
+    wmma::mma_sync(fc, fa, fb, fc);
+    wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);
+}

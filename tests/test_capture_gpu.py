@@ -1,0 +1,155 @@
+"""kjit launches inside CUDA graph captures (PyTorch's and CuPy's) are recorded and replay
+with the right results; what a capture cannot hold is refused first, saying why. A sticky
+fault says the context is unusable, and later calls say the same."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kjit
+from kjit import driver
+from kjit.errors import ArgumentError
+
+pytestmark = pytest.mark.gpu
+rng = np.random.default_rng()
+
+
+@kjit.kernel
+def saxpy():
+    return r'''
+    extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = a * x[i] + y[i];
+    }'''
+
+
+N = 1 << 14
+GRID = kjit.cdiv(N, 256)
+
+
+@pytest.fixture(params=[0, 1], ids=["device0", "device1"])
+def device(request):
+    count = driver.device_count()
+    if request.param >= count:
+        pytest.skip(f"needs two GPUs; this machine has {count}")
+    return request.param
+
+
+def test_kjit_launches_are_recorded_in_a_torch_graph(device):
+    torch = pytest.importorskip("torch")
+    with torch.cuda.device(device):
+        x = torch.randn(N, device=f"cuda:{device}")
+        y = torch.zeros(N, device=f"cuda:{device}")
+        # warm up on a side stream, as PyTorch asks before capturing: the first launch on a
+        # device loads the kernel's module there, which is no work for a graph
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            saxpy[GRID, 256, torch.cuda.current_stream()](2.0, x, y, N)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):   # PyTorch's default: cudaStreamCaptureModeGlobal
+            capture = torch.cuda.current_stream()
+            y.zero_()
+            saxpy[GRID, 256, capture](2.0, x, y, N)
+            saxpy[GRID, 256, capture](1.0, x, y, N)
+            with pytest.raises(ArgumentError, match="graph capture cannot record"):
+                saxpy[GRID, 256, capture](1.0, kjit.In(np.ones(N, np.float32)), y, N)
+            out = np.zeros(N, np.float32)
+            with pytest.raises(ArgumentError, match="graph capture cannot record"):
+                saxpy[GRID, 256, capture](1.0, x, kjit.Out(out), N)
+        for _ in range(3):   # replays run the recorded launches on whatever x holds then
+            new = torch.randn(N, device=f"cuda:{device}")
+            x.copy_(new)
+            graph.replay()
+            torch.cuda.synchronize()
+            torch.testing.assert_close(y, 3 * new)
+        assert not out.any()   # the refused Out copy never ran
+
+
+def test_dlpack_export_inside_a_torch_capture_does_not_synchronize(device):
+    torch = pytest.importorskip("torch")
+    with torch.cuda.device(device):
+        arr = kjit.to_device(np.arange(N, dtype=np.float32))
+        y = torch.zeros(N, device=f"cuda:{device}")
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            view = torch.from_dlpack(arr)   # a synchronize here would invalidate the capture
+            y.copy_(view * 2)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert y.cpu().tolist() == [2.0 * i for i in range(N)]
+
+
+def test_kjit_launches_are_recorded_in_a_cupy_graph(device):
+    cp = pytest.importorskip("cupy")
+    xh = rng.standard_normal(N).astype(np.float32)
+    with cp.cuda.Device(device):
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            x = cp.asarray(xh)
+            y = cp.zeros(N, cp.float32)
+        stream.synchronize()
+        saxpy[GRID, 256, stream](1.0, x, y, N)   # warm-up: loads the module on this device
+        stream.begin_capture()
+        saxpy[GRID, 256, stream](1.0, x, y, N)
+        saxpy[GRID, 256, stream](1.0, x, y, N)
+        with pytest.raises(ArgumentError, match="graph capture cannot record"):
+            saxpy[GRID, 256, stream](1.0, kjit.InOut(np.ones(N, np.float32)), y, N)
+        graph = stream.end_capture()
+        stream.synchronize()
+        np.testing.assert_array_equal(cp.asnumpy(y), xh)   # capturing ran nothing
+        for _ in range(2):
+            graph.launch(stream=stream)
+        stream.synchronize()
+        np.testing.assert_allclose(cp.asnumpy(y), 5 * xh.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+STICKY = textwrap.dedent('''
+    import kjit
+    src = 'extern "C" __global__ void bad_kernel(int* p) { p[threadIdx.x] = 1; }'
+    bad = kjit.load(kjit.compile(src)).get_function("bad_kernel")
+    bad[1, 32](kjit.ptr(8))
+
+    def report(tag, call):
+        try:
+            call()
+        except kjit.DriverError as e:
+            print(tag, e.cuda_name, "|", str(e).replace(chr(10), " "))
+        else:
+            print(tag, "NO ERROR")
+
+    def launch_again():
+        bad[1, 32](kjit.ptr(8))
+        kjit.synchronize()
+    report("FIRST", kjit.synchronize)
+    report("ALLOC", lambda: kjit.zeros(4, "int32"))
+    report("LAUNCH", launch_again)
+    report("LOAD", lambda: kjit.load(kjit.compile(src.replace("bad_kernel", "other"))))
+''')
+
+
+def test_a_sticky_fault_says_the_context_is_unusable_now_and_later():
+    path = os.pathsep.join([str(Path(kjit.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
+    res = subprocess.run([sys.executable, "-c", STICKY], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": path})
+    lines = {ln.split()[0]: ln for ln in res.stdout.splitlines() if ln.strip()}
+    assert set(lines) == {"FIRST", "ALLOC", "LAUNCH", "LOAD"}, res.stdout + res.stderr
+    first = lines["FIRST"]
+    assert first.startswith("FIRST CUDA_ERROR_ILLEGAL_ADDRESS"), first
+    assert "bad_kernel" in first and "sticky" in first and "Start a new process" in first, first
+    for tag in ("ALLOC", "LAUNCH"):   # later calls report the same cause, not a new puzzle
+        assert lines[tag].startswith(f"{tag} CUDA_ERROR_ILLEGAL_ADDRESS"), lines[tag]
+        assert "unusable since an earlier CUDA_ERROR_ILLEGAL_ADDRESS" in lines[tag], lines[tag]
+        assert "Start a new process" in lines[tag], lines[tag]
+    load = lines["LOAD"]   # loading may or may not reach the device; if it fails, it says why
+    assert load == "LOAD NO ERROR" or (load.startswith("LOAD CUDA_ERROR_ILLEGAL_ADDRESS")
+                                       and "unusable since an earlier" in load), load

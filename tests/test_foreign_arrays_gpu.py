@@ -1,0 +1,70 @@
+"""PyTorch tensors and CuPy arrays as kernel arguments, launch after launch: the first goes
+through kjit's Python checks, which teach the C packer the array type; later ones are packed
+in C. Both must give the same results and refuse the same mistakes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kjit
+from kjit.errors import ArgumentError
+
+pytestmark = pytest.mark.gpu
+
+AXPY = r'''
+extern "C" __global__ void axpy(float a, const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += a * x[i];
+}'''
+
+
+def _framework(name):
+    if name == "torch":
+        torch = pytest.importorskip("torch")
+        return (lambda a: torch.tensor(a, device="cuda"), lambda t: t.cpu().numpy(),
+                lambda t: t.double(), lambda t: t.t(), torch.cuda.Stream(),
+                lambda s: s.synchronize())
+    cp = pytest.importorskip("cupy")
+    return (cp.asarray, cp.asnumpy, lambda t: t.astype(cp.float64), lambda t: t.T,
+            cp.cuda.Stream(non_blocking=True), lambda s: s.synchronize())
+
+
+@pytest.mark.parametrize("name", ["torch", "cupy"])
+def test_repeated_launches_with_framework_arrays_stay_right(name):
+    to_dev, to_host, _, _, stream, sync = _framework(name)
+    k = kjit.load(kjit.compile(AXPY)).get_function("axpy")
+    n = 1000
+    x = np.arange(n, dtype=np.float32)
+    xd, yd = to_dev(x), to_dev(np.zeros(n, np.float32))
+    for _ in range(5):          # the first launch teaches the C packer, the rest use it
+        k[kjit.cdiv(n, 128), 128, stream](0.5, xd, yd, n)
+    sync(stream)
+    np.testing.assert_allclose(to_host(yd), 2.5 * x)
+
+
+@pytest.mark.parametrize("name", ["torch", "cupy"])
+def test_after_learning_the_type_wrong_arrays_are_still_refused(name):
+    to_dev, _, as_double, transpose, stream, sync = _framework(name)
+    k = kjit.load(kjit.compile(AXPY)).get_function("axpy")
+    xd, yd = to_dev(np.ones(64, np.float32)), to_dev(np.zeros(64, np.float32))
+    launch = k[1, 64, stream]
+    launch(1.0, xd, yd, 64)
+    sync(stream)
+    with pytest.raises(ArgumentError, match="float64"):
+        launch(1.0, as_double(xd), yd, 64)
+    with pytest.raises(ArgumentError, match="not C-contiguous"):
+        launch(1.0, transpose(to_dev(np.ones((8, 8), np.float32))), yd, 64)
+
+
+def test_a_tensor_that_requires_grad_gets_torchs_own_advice():
+    torch = pytest.importorskip("torch")
+    k = kjit.load(kjit.compile(AXPY)).get_function("axpy")
+    x = torch.ones(8, device="cuda")
+    y = torch.zeros(8, device="cuda")
+    k[1, 8](1.0, x, y, 8)
+    w = torch.ones(8, device="cuda", requires_grad=True)
+    with pytest.raises(Exception, match="(?i)grad"):
+        k[1, 8](1.0, w, y, 8)
+    k[1, 8](1.0, w.detach(), y, 8)
+    torch.cuda.synchronize()
+    assert y.cpu().tolist() == [2.0] * 8

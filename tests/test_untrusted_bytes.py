@@ -1,0 +1,391 @@
+"""Every parser of bytes kjit did not make (issue 16): fatbins, ELF (cubins, AMD code
+objects, .nv.info), LZ4 blocks, HIP offload bundles, cache entries, cache export zips,
+sidecars and the sniffing of PTX and other kinds.
+
+Property tests (hypothesis): random bytes, and valid inputs with random mutations
+(flipped bytes, header fields set to boundary values, cuts, insertions), give a result or
+kjit's own error, never another exception, within bounded time and memory. Then the two
+crafted bombs of defect 4: an LZ4 entry that declares 64 bytes and would decode to 510 MB,
+and an export zip that would inflate to 800 MB.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import struct
+import tempfile
+import time
+import tracemalloc
+import zipfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kjit.build.fatbin import build as build_fatbin
+from kjit.cache import entry as entry_mod
+from kjit.compiler.api import compile as kjit_compile
+from kjit.errors import KjitError
+from kjit.formats import bundle, lz4
+from kjit.formats import fatbin as containers
+from kjit.formats.elf import ElfFile
+from kjit.formats.nvinfo import kernel_resources
+from kjit.formats.sniff import ptx_version, sniff_kind
+from kjit.objectcode import ObjectCode
+
+SRC = r'''
+extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+    __shared__ float tile[128];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    tile[threadIdx.x % 128] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    if (i < n) y[i] = a * tile[threadIdx.x % 128] + y[i];
+}
+'''
+MAX_SECONDS = 2.0
+# KJIT_FUZZ_EXAMPLES=20000 for a deeper run by hand; CI's 200 keep the file to seconds.
+EXAMPLES = int(os.environ.get("KJIT_FUZZ_EXAMPLES", "200"))
+PROPS = settings(max_examples=EXAMPLES, deadline=None, database=None,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def bounded(fn, data: bytes, *allowed: type[BaseException]):
+    """fn(data)'s result, or None when it raised kjit's own error (KjitError or one of
+    `allowed`); fails on any other exception, on more than MAX_SECONDS, or on a memory
+    peak beyond what the input can justify (LZ4 expands at most 255x)."""
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        return fn(data)
+    except (KjitError, *allowed):
+        return None
+    finally:
+        seconds = time.perf_counter() - t0
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert seconds < MAX_SECONDS, f"{seconds:.2f} s on {len(data)} bytes"
+        assert peak < 300 * len(data) + (16 << 20), f"{peak} bytes of memory for {len(data)} bytes"
+
+
+_BOUNDARY = [0, 1, 0x7F, 0xFF, 0xFFFF, 0x7FFFFFFF, 0xFFFFFFFF, 1 << 32, (1 << 63) - 1, (1 << 64) - 1]
+
+
+@st.composite
+def mutated(draw, seed: bytes) -> bytes:
+    """`seed` with a few random edits; header fields are where parsers trust numbers."""
+    data = bytearray(seed)
+    for _ in range(draw(st.integers(1, 6))):
+        op = draw(st.sampled_from(["flip", "field", "cut", "insert", "zero"]))
+        at = draw(st.integers(0, max(len(data) - 1, 0)))
+        if op == "flip" and data:
+            data[at] ^= 1 << draw(st.integers(0, 7))
+        elif op == "field" and len(data) >= 8:
+            width = draw(st.sampled_from([2, 4, 8]))
+            at = min(at, len(data) - width)
+            value = draw(st.sampled_from(_BOUNDARY + [len(seed), len(seed) + 1, at]))
+            data[at:at + width] = (value % (1 << (8 * width))).to_bytes(width, "little")
+        elif op == "cut":
+            data = data[:at]
+        elif op == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=64))
+        elif op == "zero" and data:
+            end = min(len(data), at + draw(st.integers(1, 256)))
+            data[at:end] = bytes(end - at)
+    return bytes(data)
+
+
+# --- seeds: real bytes made here --------------------------------------------------------------
+@pytest.fixture(scope="module")
+def seeds() -> dict[str, bytes]:
+    cubin = kjit_compile(SRC, arch="sm_90", cache=False)
+    ptx = kjit_compile(SRC, arch="compute_90", target="ptx", cache=False)
+    return {"cubin": cubin.code, "ptx": ptx.code,
+            "fatbin": build_fatbin([cubin, ptx]),
+            "fatbin_lz4": build_fatbin([cubin, ptx], compress="speed"),
+            "fatbin_zstd": build_fatbin([cubin, ptx], compress="size"),
+            "bundle": bundle.write_bundle([("gfx90a", _amd_code_object())])}
+
+
+def _amd_code_object() -> bytes:
+    """A real hiprtc code object where hiprtc is installed, else a bare AMDGPU ELF header."""
+    try:
+        from kjit.compiler import hiprtc
+        from kjit.compiler.options import CompileOptions
+        if hiprtc.available():
+            return hiprtc.compile_source('extern "C" __global__ void k(float* y) { y[0] = 1; }',
+                                         name="k.hip", arch="gfx90a", options=CompileOptions())[0]
+    except Exception:
+        pass
+    ident = b"\x7fELF" + bytes([2, 1, 1, 64, 2]) + bytes(7)
+    return ident + struct.pack("<HHIQQQIHHHHHH", 3, 224, 1, 0, 0, 0, 0x3F, 64, 56, 0, 64, 0, 0)
+
+
+# --- parsers ------------------------------------------------------------------------------------
+def parse_fatbin(data: bytes):
+    out = containers.read_fatbin(data)
+    for e in out:
+        e.describe()
+    return out
+
+
+def parse_elf(data: bytes):
+    elf = ElfFile(data)
+    return (elf.sections, elf.symbols, elf.cuda_kernels(), elf.amd_kernels(), elf.cuda_sm,
+            [elf.section_bytes(s) for s in elf.sections])
+
+
+def parse_any(data: bytes):
+    """What `kjit inspect` and `kjit link` do first with a file: sniff, then read entries."""
+    obj = ObjectCode(data)
+    return obj.kind, obj.arch, obj.entry_points, containers.entries(obj.code, obj.kind)
+
+
+def parse_bundle(data: bytes):
+    return [(e.kind, e.arch, len(e.code)) for e in bundle.read_bundle(data)]
+
+
+@PROPS
+@given(st.binary(max_size=4096))
+def test_random_bytes_are_read_or_refused(data):
+    for fn in (parse_fatbin, parse_elf, parse_any, parse_bundle, kernel_resources, sniff_kind,
+               ptx_version):
+        bounded(fn, data)
+    bounded(lambda d: entry_mod.decode(d, None), data, entry_mod.CorruptEntry)
+
+
+@pytest.mark.parametrize("kind", ["fatbin", "fatbin_lz4", "fatbin_zstd"])
+def test_mutated_fatbins(seeds, kind):
+    @PROPS
+    @given(mutated(seeds[kind]))
+    def check(data):
+        bounded(parse_fatbin, data)
+        bounded(parse_any, data)
+    check()
+
+
+def test_mutated_cubins(seeds):
+    @PROPS
+    @given(mutated(seeds["cubin"]))
+    def check(data):
+        bounded(parse_elf, data)
+        bounded(kernel_resources, data)
+        bounded(parse_any, data)
+    check()
+
+
+def test_mutated_bundles(seeds):
+    @PROPS
+    @given(mutated(seeds["bundle"]))
+    def check(data):
+        bounded(parse_bundle, data)
+        bounded(parse_any, data)
+    check()
+
+
+def test_mutated_ptx_headers(seeds):
+    head = seeds["ptx"][:600]
+
+    @PROPS
+    @given(mutated(head), st.text(max_size=200))
+    def check(data, text):
+        bounded(parse_any, data)
+        bounded(parse_any, text.encode("utf-8", "surrogatepass"))
+        bounded(ptx_version, data)
+    check()
+
+
+@PROPS
+@given(st.binary(max_size=2048), st.integers(0, 1 << 24))
+def test_lz4_blocks_decode_to_the_declared_size_or_fail(data, size):
+    out = bounded(lambda d: lz4.lz4_block_decompress(d, size), data)
+    if out is not None:
+        assert len(out) == size if size else len(out) <= 255 * len(data) + 16
+
+
+@PROPS
+@given(st.binary(min_size=1, max_size=2048))
+def test_lz4_round_trips_through_literals(payload):
+    """A block of only literals (what an incompressible input gives) decodes to itself."""
+    n = len(payload)
+    head = bytes([0xF0]) + (b"\xff" * ((n - 15) // 255) + bytes([(n - 15) % 255]) if n >= 15 else b"")
+    block = head + payload if n >= 15 else bytes([n << 4]) + payload
+    assert lz4.lz4_block_decompress(block, n) == payload
+
+
+def _blob(header: dict, code: bytes) -> bytes:
+    raw = json.dumps(header).encode()
+    digest = hashlib.sha256(raw + code).digest()
+    return entry_mod._PREFIX.pack(entry_mod.MAGIC, len(raw), len(code), digest) + raw + code
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                     max_leaves=12)
+
+
+@PROPS
+@given(st.dictionaries(st.sampled_from(["key", "kind", "arch", "name", "log", "symbols", "metadata",
+                                        "meta", "other"]), _json, max_size=9),
+       st.sampled_from(["ptx", "cubin", "fatbin", "hipfb", "ltoir", "object"]),
+       st.binary(max_size=512))
+def test_entries_with_valid_checksums_but_crafted_headers(header, kind, code):
+    """A checksum is no signature: crafted entries pass it, and must still only ever give
+    a usable entry or CorruptEntry."""
+    if "kind" not in header:
+        header["kind"] = kind
+    blob = _blob(header, code)
+    got = bounded(lambda b: entry_mod.decode(b, None), blob, entry_mod.CorruptEntry)
+    if got is not None:
+        obj, meta = got
+        assert isinstance(meta, dict) and isinstance(obj.code, bytes)
+
+
+def test_mutated_cache_entries(seeds):
+    obj = ObjectCode(seeds["cubin"], kind="cubin", symbols={"a": "b"})
+    blob = entry_mod.encode("k" * 64, obj, {"size": 1})
+
+    @PROPS
+    @given(mutated(blob))
+    def check(data):
+        got = bounded(lambda b: entry_mod.decode(b, "k" * 64), data, entry_mod.CorruptEntry)
+        assert got is None or got[0] == obj or data == blob
+    check()
+
+
+def test_mutated_export_zips(seeds, tmp_path_factory):
+    from kjit.cache import archive
+    from kjit.cache.store import DiskStore
+    obj = ObjectCode(seeds["ptx"], kind="ptx")
+    key = "ab" * 32
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr(f"entries/{key}", entry_mod.encode(key, obj, {}))
+        z.writestr("manifest.json", json.dumps({"format": archive.EXPORT_FORMAT}))
+    seed = buf.getvalue()
+    root = tmp_path_factory.mktemp("zips")
+
+    @settings(PROPS, max_examples=max(EXAMPLES // 2, 1))
+    @given(mutated(seed))
+    def check(data):
+        with tempfile.TemporaryDirectory(dir=root) as d:
+            path = Path(d) / "x.zip"
+            path.write_bytes(data)
+            store = DiskStore(Path(d) / "cache")
+            try:
+                r = bounded(lambda _: archive.import_(store, path), data)
+                assert r is None or r["imported"] + len(r["rejected"]) + r["already_present"] >= 0
+            finally:
+                store.close()
+    check()
+
+
+@PROPS
+@given(_json, st.binary(max_size=64))
+def test_sidecars_are_untrusted_too(side, code):
+    d = Path(tempfile.mkdtemp())
+    try:
+        f = d / "x.ptx"
+        f.write_bytes(b".version 8.0\n.target sm_90\n" + code)
+        (d / "x.ptx.kjit.json").write_text(json.dumps(side))
+        bounded(lambda _: ObjectCode.from_file(f), b"")
+    finally:
+        for p in d.iterdir():
+            p.unlink()
+        d.rmdir()
+
+
+# --- defect 4: the two bombs ------------------------------------------------------------------------
+def lz4_bomb_fatbin(declared: int, run_bytes: int) -> bytes:
+    """A fatbin whose one LZ4 entry declares `declared` bytes but whose block is a literal
+    and one match run of about 255 * run_bytes bytes."""
+    block = bytes([0x1F]) + b"A" + b"\x01\x00" + b"\xff" * run_bytes + b"\x00" + bytes([0x00])
+    hdr = containers._ENTRY.size
+    entry = containers._ENTRY.pack(1, 0x101, hdr, len(block), len(block), 0, 0, 9, 90, 0, 0,
+                                   containers.FLAG_64BIT | containers.FLAG_LINUX | containers.FLAG_LZ4,
+                                   0, declared)
+    body = entry + block
+    return containers._CONTAINER.pack(containers.FATBIN_MAGIC, 1, 16, len(body)) + body
+
+
+def test_lz4_bomb_stops_at_the_declared_size(tmp_path):
+    fat = lz4_bomb_fatbin(64, 2_000_000)  # would decode to 510 MB
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    with pytest.raises(containers.ContainerFormatError, match="corrupt lz4 entry"):
+        containers.read_fatbin(fat)
+    seconds, peak = time.perf_counter() - t0, tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert seconds < 0.5 and peak < 3 * len(fat) + (1 << 20)
+    from click.testing import CliRunner
+    from kjit.cli.main import cli
+    f = tmp_path / "bomb.fatbin"
+    f.write_bytes(fat)
+    t0 = time.perf_counter()
+    res = CliRunner().invoke(cli, ["inspect", str(f), "--json"])
+    assert time.perf_counter() - t0 < MAX_SECONDS
+    err = json.loads(res.stdout)["error"]
+    assert res.exit_code == 1 and "corrupt lz4 entry" in err["message"] and str(f) in err["message"]
+    res = CliRunner().invoke(cli, ["link", str(f), "--arch", "sm_90", "-o", str(tmp_path / "o.cubin")])
+    assert res.exit_code == 1 and "corrupt lz4 entry" in res.output
+
+
+def test_lz4_declared_size_is_capped():
+    with pytest.raises(containers.ContainerFormatError, match="more than the"):
+        containers.read_fatbin(lz4_bomb_fatbin(containers.MAX_ENTRY_BYTES + 1, 10))
+    with pytest.raises(containers.ContainerFormatError, match="cannot decode to"):
+        containers.read_fatbin(lz4_bomb_fatbin(10 << 20, 10))  # 16 bytes cannot make 10 MB
+
+
+def _patch_declared_size(data: bytes, size: int) -> bytes:
+    """Set the uncompressed size of the entry members in a zip's central directory."""
+    out = bytearray(data)
+    at = out.find(b"PK\x01\x02")
+    while at >= 0:
+        name_len = struct.unpack_from("<H", out, at + 28)[0]
+        if out[at + 46:at + 46 + name_len].startswith(b"entries/"):
+            struct.pack_into("<I", out, at + 24, size)
+        at = out.find(b"PK\x01\x02", at + 4)
+    return bytes(out)
+
+
+def _zip_with(member: bytes) -> bytes:
+    from kjit.cache import archive
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("manifest.json", json.dumps({"format": archive.EXPORT_FORMAT}))
+        z.writestr("entries/" + "cd" * 32, member)
+    return buf.getvalue()
+
+
+def test_zip_bomb_is_refused_from_the_directory_before_inflating(tmp_path):
+    from click.testing import CliRunner
+    from kjit.cli.main import cli
+    bomb = tmp_path / "bomb.zip"
+    bomb.write_bytes(_patch_declared_size(_zip_with(b"\0" * 1000), 800 << 20))
+    tracemalloc.start()
+    res = CliRunner().invoke(cli, ["cache", "import", str(bomb), "--json"])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert res.exit_code == 1 and "inflates to 838860800 bytes" in json.loads(res.stdout)["error"]["message"]
+    assert peak < 32 << 20
+
+
+def test_zip_member_inflating_past_its_declared_size_is_cut_off(tmp_path, monkeypatch):
+    from kjit import cache
+    lying = tmp_path / "lying.zip"
+    data = _zip_with(b"\0" * (4 << 20))            # declares 4 MiB, then claims 1000 bytes
+    lying.write_bytes(_patch_declared_size(data, 1000))
+    r = bounded(lambda _: cache.import_(lying), b"x" * 4096)
+    assert r is not None and r["imported"] == 0 and len(r["rejected"]) == 1
+
+
+def test_zip_larger_than_the_cache_is_refused(tmp_path, monkeypatch):
+    from kjit import cache
+    monkeypatch.setenv("KJIT_CACHE_SIZE", "1M")
+    big = tmp_path / "big.zip"
+    big.write_bytes(_zip_with(os.urandom(3 << 20)))
+    with pytest.raises(KjitError, match="more than any cache entry may hold"):
+        cache.import_(big)
