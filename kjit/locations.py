@@ -5,7 +5,6 @@ facts, which wheel it is) both need these, and neither may import the other for 
 """
 from __future__ import annotations
 
-import glob
 import os
 import sys
 from pathlib import Path
@@ -35,11 +34,18 @@ def cache_dir() -> Path:
 
 
 def wheel_version(dist: str) -> str | None:
-    """The installed version of a wheel, read from its .dist-info directory name (importing
-    importlib.metadata costs ~20 ms, a tenth of a fresh process's disk hit)."""
-    pattern = dist.replace("-", "_") + "-*.dist-info"
+    """The installed version of a wheel, read from its .dist-info directory name on sys.path
+    (importing importlib.metadata costs ~20 ms, and glob's patterns ~1 ms, against a fresh
+    process's ~20 ms disk hit)."""
+    prefix, suffix = dist.replace("-", "_") + "-", ".dist-info"
     for entry in sys.path:
-        if entry and os.path.isdir(entry):
-            for found in sorted(glob.glob(os.path.join(entry, pattern))):
-                return os.path.basename(found)[len(pattern) - len("*.dist-info"):-len(".dist-info")]
+        if not entry:
+            continue
+        try:
+            names = os.listdir(entry)
+        except OSError:  # not a directory (a zip on sys.path), or gone
+            continue
+        found = sorted(n for n in names if n.startswith(prefix) and n.endswith(suffix))
+        if found:
+            return found[0][len(prefix):-len(suffix)]
     return None

@@ -4,24 +4,25 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .formats.elf import ElfFile
-from .formats.sniff import (  # noqa: F401  (re-exported: kjit.objectcode.sniff_kind ...)
-    ARCHIVE_MAGIC, BUNDLE_MAGIC, FATBIN_MAGIC, KINDS, LTOIR_MAGIC, _PTX_ENTRY_RE, arch_from_bytes,
-    ptx_version, sniff_kind)
 from .errors import InvalidOptionError
+from .formats import KINDS
+
+# The binary readers (kjit.formats.sniff, .elf) load when bytes must be read: a cache hit
+# rebuilds an ObjectCode from a checked entry and reads nothing (~2.5 ms of a fresh process).
 
 # Sidecar file next to a saved object that keeps what the bytes cannot: name-expression
 # symbols and the arch of a kind that does not record one (used by `kjit build` too).
 SIDECAR_SUFFIX = ".kjit.json"
 
 
-@dataclass(frozen=True, eq=False)
+_FIELDS = ("code", "kind", "arch", "log", "symbols", "name", "metadata", "cache_hit")
+
+
 class ObjectCode:
     """Compiled or linked code: bytes plus what kjit knows about them.
 
@@ -29,17 +30,21 @@ class ObjectCode:
     hsaco (AMD code object), hipfb (clang offload bundle) or library (archive).
     """
 
+    # A plain class, not a dataclass: `dataclasses` imports `inspect`, a quarter of what a
+    # fresh process pays to hit the disk cache (docs/performance.md).
     code: bytes
-    kind: str = ""
-    arch: str | None = None
-    log: str = ""
-    symbols: Mapping[str, str] = field(default_factory=dict)
-    name: str = "<source>"
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    cache_hit: bool | None = None
+    kind: str
+    arch: str | None
+    log: str
+    symbols: Mapping[str, str]
+    name: str
+    metadata: Mapping[str, Any]
+    cache_hit: bool | None
 
-    def __post_init__(self) -> None:
-        code = self.code
+    def __init__(self, code: bytes, kind: str = "", arch: str | None = None, log: str = "",
+                 symbols: Mapping[str, str] | None = None, name: str = "<source>",
+                 metadata: Mapping[str, Any] | None = None, cache_hit: bool | None = None) -> None:
+        set_ = object.__setattr__
         if isinstance(code, str):  # PTX handed over as text
             code = code.encode()
         elif not isinstance(code, bytes):
@@ -47,23 +52,55 @@ class ObjectCode:
                 code = bytes(memoryview(code))
             except TypeError:
                 raise InvalidOptionError(
-                    f"ObjectCode code must be bytes, got {type(self.code).__name__}") from None
-        object.__setattr__(self, "code", code)
-        kind = self.kind or sniff_kind(code)
+                    f"ObjectCode code must be bytes, got {type(code).__name__}") from None
+        set_(self, "code", code)
+        if not kind:
+            from .formats.sniff import sniff_kind
+            kind = sniff_kind(code)
         if kind not in KINDS:
             raise InvalidOptionError(f"unknown ObjectCode kind {kind!r}; one of {', '.join(KINDS)}")
         if kind in _ELF_KINDS:
             kind = _check_elf_kind(code, kind)
-        object.__setattr__(self, "kind", kind)
-        if self.arch is None:
-            object.__setattr__(self, "arch", arch_from_bytes(code, kind))
-        object.__setattr__(self, "symbols", MappingProxyType(dict(self.symbols)))
-        object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+        set_(self, "kind", kind)
+        if arch is None:
+            from .formats.sniff import arch_from_bytes
+            arch = arch_from_bytes(code, kind)
+        set_(self, "arch", arch)
+        set_(self, "log", log)
+        set_(self, "symbols", MappingProxyType(dict(symbols or {})))
+        set_(self, "name", name)
+        set_(self, "metadata", MappingProxyType(dict(metadata or {})))
+        set_(self, "cache_hit", cache_hit)
+
+    @classmethod
+    def from_checked(cls, code: bytes, kind: str, arch: str | None, log: str,
+                     symbols: Mapping[str, str], name: str, metadata: Mapping[str, Any],
+                     cache_hit: bool | None) -> "ObjectCode":
+        """An ObjectCode from fields another ObjectCode had, stored under a checksum (a cache
+        entry): the bytes were read when it was made, so they are not read again."""
+        if kind not in KINDS or not isinstance(code, bytes) or \
+                (kind in _ELF_KINDS and not code.startswith(b"\x7fELF")):
+            raise InvalidOptionError(f"not the fields of an ObjectCode (kind {kind!r})")
+        obj = cls.__new__(cls)
+        for field_name, value in (("code", code), ("kind", kind), ("arch", arch), ("log", log),
+                                  ("symbols", MappingProxyType(dict(symbols))), ("name", name),
+                                  ("metadata", MappingProxyType(dict(metadata))),
+                                  ("cache_hit", cache_hit)):
+            object.__setattr__(obj, field_name, value)
+        return obj
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"ObjectCode is immutable: use obj.with_({name}=...) for a changed copy")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("ObjectCode is immutable")
 
     # --- what the bytes say -----------------------------------------------------------
     @cached_property
     def entry_points(self) -> tuple[str, ...]:
         """Names of the kernels this code defines (mangled where the source did not use extern "C")."""
+        from .formats.elf import ElfFile
+        from .formats.sniff import _PTX_ENTRY_RE
         if self.kind == "ptx":
             return tuple(m.decode() for m in _PTX_ENTRY_RE.findall(self.code))
         if self.kind in ("cubin", "object"):
@@ -85,6 +122,7 @@ class ObjectCode:
 
     @property
     def ptx_version(self) -> tuple[int, int] | None:
+        from .formats.sniff import ptx_version
         return ptx_version(self.code) if self.kind == "ptx" else None
 
     def lowered_name(self, name: str) -> str:
@@ -93,7 +131,12 @@ class ObjectCode:
 
     def with_(self, **changes: Any) -> "ObjectCode":
         """A copy with some fields changed (e.g. cache_hit)."""
-        return replace(self, **changes)
+        unknown = set(changes) - set(_FIELDS)
+        if unknown:
+            raise TypeError(f"ObjectCode has no field {sorted(unknown)[0]!r}")
+        values = {f: getattr(self, f) for f in _FIELDS}
+        values.update(changes)
+        return ObjectCode(**values)
 
     def __repr__(self) -> str:
         return (f"ObjectCode(kind={self.kind!r}, arch={self.arch!r}, name={self.name!r}, "
@@ -175,6 +218,7 @@ def _check_elf_kind(code: bytes, kind: str) -> str:
     object); that follows the bytes, so a saved and reloaded object keeps its kind.
     """
     try:
+        from .formats.sniff import sniff_kind
         actual = sniff_kind(code)
     except InvalidOptionError as exc:
         raise InvalidOptionError(f"kind={kind!r} but the bytes are not a valid ELF image: {exc}") from None
@@ -191,6 +235,7 @@ def _needs_arch_sidecar(obj: ObjectCode) -> bool:
     as compute_90, which says the same thing: no sidecar for that."""
     if obj.arch is None:
         return False
+    from .formats.sniff import arch_from_bytes
     found = arch_from_bytes(obj.code, obj.kind)
     if obj.kind == "ptx" and found is not None:
         return obj.arch.replace("sm_", "compute_", 1) != found

@@ -10,7 +10,7 @@ from kjit.compiler import hiprtc
 from kjit.compiler.options import CompileOptions
 from kjit.errors import InvalidOptionError
 from kjit.formats import bundle
-from kjit.objectcode import sniff_kind
+from kjit.formats.sniff import sniff_kind
 
 pytestmark = [
     pytest.mark.hip,

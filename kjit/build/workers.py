@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -44,7 +44,7 @@ class _Compiler:
                             backend=self.backend, name=unit.name, cache=self.cache)
 
     def request(self, unit: Unit) -> str:
-        opts = {f.name: _jsonable(getattr(self.options, f.name)) for f in fields(self.options)}
+        opts = {name: _jsonable(value) for name, value in self.options.as_dict().items()}
         return json.dumps({"source": unit.source, "name": unit.name, "arch": unit.arch,
                            "target": unit.target, "options": opts,
                            "name_expressions": list(self.name_expressions),
@@ -117,7 +117,12 @@ def _pool(units: Sequence[Unit], indices: list[int], compiler: _Compiler, jobs: 
                             break
                         i = todo.pop(0)
                     try:
-                        proc.stdin.write(compiler.request(units[i]) + "\n")
+                        request = compiler.request(units[i])
+                    except Exception as exc:  # reported in the caller's thread, never lost here
+                        errors[i] = exc
+                        break
+                    try:
+                        proc.stdin.write(request + "\n")
                         proc.stdin.flush()
                         line = proc.stdout.readline()
                     except OSError:

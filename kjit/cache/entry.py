@@ -12,7 +12,8 @@ import json
 import struct
 from typing import Any
 
-from ..objectcode import KINDS, ObjectCode
+from ..formats import KINDS
+from ..objectcode import ObjectCode
 
 MAGIC = b"KJITENT1"
 _PREFIX = struct.Struct("<8sIQ32s")
@@ -97,9 +98,8 @@ def decode(blob: bytes, key: str | None = None) -> tuple[ObjectCode, dict[str, A
     """(ObjectCode with cache_hit=True, entry metadata) from checked bytes."""
     header, code = decode_header(blob, key)
     try:
-        obj = ObjectCode(code, kind=header["kind"], arch=header.get("arch"), log=header["log"],
-                         symbols=header["symbols"], name=header["name"],
-                         metadata=header["metadata"], cache_hit=True)
+        obj = ObjectCode.from_checked(code, header["kind"], header.get("arch"), header["log"],
+                                      header["symbols"], header["name"], header["metadata"], True)
     except Exception as exc:  # checksummed but unusable: treat as corrupt, never crash
         raise CorruptEntry(f"entry does not make an ObjectCode: {exc}") from None
     return obj, header["meta"]

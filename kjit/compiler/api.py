@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from dataclasses import fields, is_dataclass
 from typing import Any, Callable, Iterable
 
 from .. import arch as arch_mod
@@ -31,7 +30,6 @@ from . import includes, manifest, search
 from .identity import compiler_identity
 from .options import CompileOptions
 from .request import BACKENDS, CompileRequest, make_request
-from .run import compile_uncached
 
 __all__ = ["compile", "compile_key", "make_request", "CompileRequest", "BACKENDS"]
 
@@ -83,7 +81,6 @@ STAT_CHECKS_BEFORE_WATCHING = 1
 
 
 _memo: dict[tuple, _Memo] = {}
-_option_fields: dict[type, tuple[str, ...]] = {}
 _warned: set[str] = set()
 
 
@@ -92,20 +89,10 @@ def _options_sig(options: Any) -> Any:
     TypeError for anything else: make_request then says what is wrong."""
     if options is None:
         return None
-    names = _option_fields.get(type(options))
-    if names is None:
-        if not is_dataclass(options) or isinstance(options, type):
-            raise TypeError("not CompileOptions")
-        names = _option_fields[type(options)] = tuple(f.name for f in fields(options))
-    out = []
-    for f in names:
-        v = getattr(options, f)
-        if isinstance(v, dict):
-            v = tuple(v.items())
-        elif isinstance(v, list):
-            v = tuple(v)
-        out.append(v)
-    return (type(options), tuple(out))
+    if not isinstance(options, CompileOptions):
+        raise TypeError("not CompileOptions")
+    return (type(options), tuple(tuple(v.items()) if isinstance(v, dict) else v
+                                 for v in options.values()))
 
 
 def compile(source: str, *, arch=None, target: str | None = None,
@@ -147,6 +134,13 @@ def compile(source: str, *, arch=None, target: str | None = None,
         except _HeadersChanged:
             continue
     return bypass(NAMESPACE, lambda: compile_uncached(req), req.name)
+
+
+def compile_uncached(req: CompileRequest) -> ObjectCode:
+    """Run the compiler (its module, and the regexes it scans declarations with, load only on
+    a miss)."""
+    from .run import compile_uncached as run
+    return run(req)
 
 
 def _keyed(req: CompileRequest, sig: tuple | None, t0: float) -> ObjectCode:

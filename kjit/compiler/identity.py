@@ -17,8 +17,8 @@ def compiler_identity(backend: str) -> str:
         from cuda.bindings import nvjitlink
         text, dist = "nvjitlink " + ".".join(map(str, nvjitlink.version())), "nvidia-nvjitlink"
     else:
-        from . import nvrtc
-        text, dist = "nvrtc " + ".".join(map(str, nvrtc.version())), "nvidia-cuda-nvrtc"
+        from . import facts  # not .nvrtc: a disk hit needs NVRTC's version, not its module
+        text, dist = "nvrtc " + ".".join(map(str, facts.nvrtc()["version"])), "nvidia-cuda-nvrtc"
     for name in (dist, dist + "-cu13", dist + "-cu12"):
         version = wheel_version(name)
         if version:

@@ -22,6 +22,7 @@ whose stat (size, mtime_ns, ctime_ns, inode) is unchanged and not racily clean i
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -31,12 +32,19 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from .search import SearchPath, extra_include_dirs
 from .snapshot import Snapshot, file_sig, is_racy
 
-_DIRECTIVE_RE = re.compile(
-    r'^[ \t]*#[ \t]*(include_next|include|import)[ \t]*(?:"([^"\n]*)"|<([^>\n]*)>|([A-Za-z_]\w*))',
-    re.M)
-_HAS_INCLUDE_RE = re.compile(r'__has_include(_next)?\s*\(\s*(?:"([^"\n]*)"|<([^>\n]*)>)')
-_DEFINE_RE = re.compile(r'^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+(?:"([^"\n]*)"|<([^>\n]*)>)[ \t]*$',
-                        re.M)
+
+@functools.lru_cache(maxsize=None)
+def _patterns() -> tuple[re.Pattern, re.Pattern, re.Pattern]:
+    """(#include/#import, __has_include, #define NAME <header>), compiled on the first scan:
+    a disk hit keyed from a manifest scans nothing, and compiling them costs ~1 ms."""
+    return (
+        re.compile(r'^[ \t]*#[ \t]*(include_next|include|import)[ \t]*'
+                   r'(?:"([^"\n]*)"|<([^>\n]*)>|([A-Za-z_]\w*))', re.M),
+        re.compile(r'__has_include(_next)?\s*\(\s*(?:"([^"\n]*)"|<([^>\n]*)>)'),
+        re.compile(r'^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+(?:"([^"\n]*)"|<([^>\n]*)>)[ \t]*$',
+                   re.M))
+
+
 _PRE_INCLUDE_FLAGS = ("--pre-include=", "-include=")
 
 
@@ -62,7 +70,22 @@ def scan(text: str, data: bytes | None = None) -> _Scanned:
     as `data`, its bytes, when given)."""
     includes: list[Include] = []
     computed: list[str] = []
-    for m in _DIRECTIVE_RE.finditer(text):
+    macros: dict[str, Include] = {}
+    # Each pattern needs a word the text may not hold at all: a kernel without one compiles
+    # no pattern and scans nothing.
+    if "include" in text or "import" in text:
+        _find_includes(text, includes, computed)
+    if "define" in text:
+        macros = {m.group(1): Include(m.group(2) if m.group(2) is not None else m.group(3),
+                                      m.group(2) is not None) for m in _patterns()[2].finditer(text)}
+    if data is None:
+        data = text.encode("utf-8", "surrogateescape")
+    return _Scanned(hashlib.sha256(data).hexdigest(), tuple(includes), macros, tuple(computed))
+
+
+def _find_includes(text: str, includes: list[Include], computed: list[str]) -> None:
+    directive_re, has_include_re, _ = _patterns()
+    for m in directive_re.finditer(text):
         nxt = m.group(1) == "include_next"
         if m.group(2) is not None:
             includes.append(Include(m.group(2), True, nxt))
@@ -70,14 +93,9 @@ def scan(text: str, data: bytes | None = None) -> _Scanned:
             includes.append(Include(m.group(3), False, nxt))
         else:
             computed.append(m.group(4))
-    for m in _HAS_INCLUDE_RE.finditer(text):  # existence changes the compile: watch it
+    for m in has_include_re.finditer(text):  # existence changes the compile: watch it
         includes.append(Include(m.group(2) if m.group(2) is not None else m.group(3),
                                 m.group(2) is not None, bool(m.group(1))))
-    macros = {m.group(1): Include(m.group(2) if m.group(2) is not None else m.group(3),
-                                  m.group(2) is not None) for m in _DEFINE_RE.finditer(text)}
-    if data is None:
-        data = text.encode("utf-8", "surrogateescape")
-    return _Scanned(hashlib.sha256(data).hexdigest(), tuple(includes), macros, tuple(computed))
 
 
 # path -> (stat signature, scanned), for files whose stat was not racy when scanned
@@ -133,8 +151,9 @@ def pre_includes(extra: Sequence[str]) -> list[str]:
 
 def may_read_headers(source: str, extra: Sequence[str] = ()) -> bool:
     """True if the source can read any header at all (a quick test before keying)."""
-    main = _scan_text(source)
-    return bool(main.includes or main.computed or pre_includes(extra))
+    # Every #include, #import and __has_include holds one of these words: a text without
+    # them reads nothing, and one with them is keyed from its manifest without a scan.
+    return "include" in source or "import" in source or bool(pre_includes(extra))
 
 
 def resolve(source: str, *, name: str, include_dirs: Sequence[str] = (),

@@ -1,9 +1,8 @@
-"""CompileOptions: one validated dataclass, turned into backend flags in one function each."""
+"""CompileOptions: one validated, immutable value, turned into backend flags in one function each."""
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -21,7 +20,10 @@ _RESERVED_FLAGS = ("-arch", "--gpu-architecture", "--offload-arch", "-dlto", "--
                    "-rdc", "--relocatable-device-code", "-std", "--std", "-lto")
 
 
-@dataclass(frozen=True)
+_FIELDS = ("std", "defines", "include_dirs", "headers", "fast_math", "line_info", "debug",
+           "max_registers", "relocatable", "extra", "toolkit_headers", "std_headers")
+
+
 class CompileOptions:
     """Options for kjit.compile, validated on construction.
 
@@ -33,42 +35,61 @@ class CompileOptions:
     everything else (HIP: the names of hiprtc's built-in headers); see docs/headers.md.
     std_headers: kjit's device-side <cstdint>, <cmath>, <cstdio>, <algorithm>... (NVRTC only,
     searched after every other directory; docs/headers.md).
+
+    Immutable; `replace(**changes)` gives a changed copy. A plain class rather than a frozen
+    dataclass: `dataclasses` imports `inspect`, a quarter of what a fresh process pays to hit
+    the disk cache (docs/performance.md).
     """
 
-    std: str | None = None
-    defines: Mapping[str, str | None] | Sequence[str] = field(default_factory=dict)
-    include_dirs: Sequence[str | os.PathLike[str]] = ()
-    headers: Mapping[str, str] = field(default_factory=dict)
-    fast_math: bool = False
-    line_info: bool = False
-    debug: bool = False
-    max_registers: int | None = None
-    relocatable: bool = False
-    extra: Sequence[str] = ()
-    toolkit_headers: bool = True
-    std_headers: bool = True
+    __slots__ = _FIELDS
+    std: str | None
+    defines: tuple[tuple[str, str | None], ...]
+    include_dirs: tuple[str, ...]
+    headers: dict[str, str]
+    fast_math: bool
+    line_info: bool
+    debug: bool
+    max_registers: int | None
+    relocatable: bool
+    extra: tuple[str, ...]
+    toolkit_headers: bool
+    std_headers: bool
 
-    def __post_init__(self) -> None:
-        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
+    def __init__(self, std: str | None = None,
+                 defines: Mapping[str, str | None] | Sequence[str] = (),
+                 include_dirs: Sequence[str | os.PathLike[str]] = (),
+                 headers: Mapping[str, str] | None = None, fast_math: bool = False,
+                 line_info: bool = False, debug: bool = False, max_registers: int | None = None,
+                 relocatable: bool = False, extra: Sequence[str] = (),
+                 toolkit_headers: bool = True, std_headers: bool = True) -> None:
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - immutable
+        for name, value in (("std", std), ("fast_math", fast_math), ("line_info", line_info),
+                            ("debug", debug), ("max_registers", max_registers),
+                            ("relocatable", relocatable), ("toolkit_headers", toolkit_headers),
+                            ("std_headers", std_headers)):
+            set_(name, value)
+        self._validate(set_, defines, include_dirs, {} if headers is None else headers, extra)
+
+    def _validate(self, set_: Any, defines: Any, include_dirs: Any, headers: Any, extra: Any) -> None:
         if self.std is not None and self.std not in CUDA_STDS:
             raise InvalidOptionError(f"std={self.std!r} is not one of {', '.join(CUDA_STDS)}")
-        set_("defines", _normalise_defines(self.defines))
-        if isinstance(self.include_dirs, (str, os.PathLike)):
+        set_("defines", _normalise_defines(defines))
+        if isinstance(include_dirs, (str, os.PathLike)):
             raise InvalidOptionError("include_dirs must be a list of directories, not one string")
         dirs = []
-        for d in self.include_dirs:
+        for d in include_dirs:
             p = Path(d)
             if not p.is_dir():
                 raise InvalidOptionError(f"include directory {str(d)!r} does not exist")
             dirs.append(str(p.resolve()))
         set_("include_dirs", tuple(dirs))
-        if not isinstance(self.headers, Mapping):
+        if not isinstance(headers, Mapping):
             raise InvalidOptionError("headers must be a mapping of include name -> header text")
-        for k, v in self.headers.items():
+        for k, v in headers.items():
             if not isinstance(k, str) or not isinstance(v, (str, bytes)):
                 raise InvalidOptionError(f"header {k!r}: names and contents must be strings")
         set_("headers", dict(sorted((k, v.decode() if isinstance(v, bytes) else v)
-                                    for k, v in self.headers.items())))
+                                    for k, v in headers.items())))
         for flag in ("fast_math", "line_info", "debug", "relocatable", "toolkit_headers",
                      "std_headers"):
             if not isinstance(getattr(self, flag), bool):
@@ -78,9 +99,9 @@ class CompileOptions:
                     or not 1 <= self.max_registers <= 255:
                 raise InvalidOptionError(
                     f"max_registers must be an int in 1..255, got {self.max_registers!r}")
-        if isinstance(self.extra, str):
+        if isinstance(extra, str):
             raise InvalidOptionError("extra must be a list of flags, e.g. ['--use_fast_math']")
-        extra = tuple(str(x) for x in self.extra)
+        extra = tuple(str(x) for x in extra)
         for flag in extra:
             if _flag_name(flag) in _RESERVED_FLAGS:
                 raise InvalidOptionError(
@@ -88,10 +109,38 @@ class CompileOptions:
                     "or the matching CompileOptions field")
         set_("extra", extra)
 
+    def values(self) -> tuple:
+        """Every field, in order."""
+        return tuple(getattr(self, f) for f in _FIELDS)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Field name -> value, in order."""
+        return dict(zip(_FIELDS, self.values()))
+
     def replace(self, **changes: Any) -> "CompileOptions":
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values = self.as_dict()
         values.update(changes)
         return CompileOptions(**values)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"CompileOptions is immutable: use options.replace({name}=...)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("CompileOptions is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.values() == other.values()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(tuple(tuple(v.items()) if isinstance(v, dict) else v for v in self.values()))
+
+    def __repr__(self) -> str:
+        return "CompileOptions(" + ", ".join(f"{f}={v!r}" for f, v in zip(_FIELDS, self.values())) + ")"
+
+    def __reduce__(self) -> tuple:  # pickling (kjit build's worker processes)
+        return (CompileOptions, self.values())
 
     def describe(self) -> dict[str, Any]:
         """A canonical JSON-able description (for cache keys and `kjit cache show`)."""

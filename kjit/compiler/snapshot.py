@@ -174,8 +174,11 @@ class Snapshot:
         """A snapshot from its JSON, or None if it is not shaped like one. Values are not
         checked one by one: a wrong one can only fail check() (or raise there), never pass."""
         try:
-            files = {os.path.join(d, base): rec
-                     for d, group in data["files"].items() for base, rec in group.items()}
+            files = {}
+            for d, group in data["files"].items():
+                prefix = d if d.endswith(os.sep) else d + os.sep  # os.path.join, ~600 times
+                for base, rec in group.items():
+                    files[prefix + base] = rec
             dirs = data["dirs"]
             cwd = data["cwd"]
             if not isinstance(dirs, dict) or (cwd is not None and not isinstance(cwd, str)):

@@ -4,3 +4,7 @@ containers, LZ4, clang offload bundles, .nv.info sections, and sniffing a blob's
 Pure byte parsing: these modules import only kjit.errors and kjit.arch, so everything above
 (ObjectCode, the compiler, the linker, the runtime, the CLI) can use them.
 """
+
+# Every kind of code kjit handles (ObjectCode.kind). Here, not in sniff: ObjectCode checks a
+# kind against it without importing the readers, which a cache hit never needs.
+KINDS = ("ptx", "cubin", "ltoir", "fatbin", "hsaco", "hipfb", "object", "library")

@@ -4,14 +4,13 @@ from __future__ import annotations
 import re
 
 from ..errors import InvalidOptionError
+from . import KINDS  # noqa: F401  (re-exported)
 from .elf import AMDGPU_MACH, EM_AMDGPU, EM_CUDA, ET_REL, ElfFile, ElfFormatError
 
 FATBIN_MAGIC = b"\x50\xed\x55\xba"      # 0xBA55ED50, little-endian
 LTOIR_MAGIC = b"\xed\x43\x4e\x7f"       # 0x7F4E43ED, NVVM LTO-IR
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 ARCHIVE_MAGIC = b"!<arch>\n"
-
-KINDS = ("ptx", "cubin", "ltoir", "fatbin", "hsaco", "hipfb", "object", "library")
 
 _PTX_ENTRY_RE = re.compile(rb"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([A-Za-z_$][\w$]*)", re.M)
 _PTX_TARGET_RE = re.compile(rb"^\s*\.target\s+([\w]+)", re.M)

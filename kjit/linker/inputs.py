@@ -60,7 +60,7 @@ class LinkInput:
     def ptx_version(self) -> tuple[int, int] | None:
         if self.kind != "ptx":
             return None
-        from ..objectcode import ptx_version
+        from ..formats.sniff import ptx_version
         return ptx_version(self.code)
 
 
