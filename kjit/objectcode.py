@@ -1,7 +1,6 @@
 """ObjectCode: the immutable value that flows between compile, link, cache and load."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from functools import cached_property
@@ -10,6 +9,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from .errors import InvalidOptionError
+from .hashing import sha256
 from .formats import KINDS
 
 # The binary readers (kjit.formats.sniff, .elf) load when bytes must be read: a cache hit
@@ -165,7 +165,7 @@ class ObjectCode:
         if self.symbols or _needs_arch_sidecar(self):
             write_file(side, json.dumps({"kind": self.kind, "arch": self.arch, "name": self.name,
                                          "symbols": dict(self.symbols),
-                                         "sha256": hashlib.sha256(self.code).hexdigest()},
+                                         "sha256": sha256(self.code).hexdigest()},
                                         indent=1, sort_keys=True).encode())
         elif side.is_symlink() or side.is_file():
             side.unlink()
@@ -200,7 +200,7 @@ class ObjectCode:
 def _usable_sidecar(meta: Any, code: bytes) -> bool:
     if not isinstance(meta, dict):
         return False
-    if "sha256" in meta and meta["sha256"] != hashlib.sha256(code).hexdigest():
+    if "sha256" in meta and meta["sha256"] != sha256(code).hexdigest():
         return False
     symbols = meta.get("symbols", {})
     return (isinstance(meta.get("arch"), (str, type(None))) and isinstance(meta.get("name"), (str, type(None)))

@@ -124,21 +124,32 @@ def test_dtype_table_agrees_with_numpy():
 
 
 DISK_HIT = r'''
-import sys
+import json, sys
 import kjit
 obj = kjit.compile('extern "C" __global__ void k(float* o) { o[0] = 1.0f; }', arch="sm_90")
-print(obj.cache_hit, sorted(m for m in ("diskcache", "pickle", "numpy") if m in sys.modules))
+print(json.dumps([obj.cache_hit, sorted(m for m in sys.argv[1:] if m in sys.modules)]))
 '''
 
+# What a fresh process's disk hit has no use for, and what each would cost it (dev machine):
+# the cache's writer (diskcache, pickle), numpy, `inspect` (dataclasses import it, ~9 ms),
+# OpenSSL through hashlib (~2.5 ms; kjit.hashing), the binary readers (~2.5 ms), the compiler
+# itself and cuda.bindings.
+NOT_ON_A_HIT = ["diskcache", "pickle", "numpy", "inspect", "dataclasses", "kjit.formats.elf",
+                "kjit.formats.sniff", "kjit.compiler.run", "kjit.compiler.nvrtc", "cuda.bindings"]
 
-def test_a_disk_hit_imports_neither_diskcache_nor_pickle(tmp_path):
-    """A fresh process whose compile hits the disk cache reads the entry with plain SQLite:
-    diskcache (and the pickle it brings) load only when this process writes."""
+
+def test_a_disk_hit_imports_only_what_it_uses(tmp_path):
+    """A fresh process whose compile hits the disk cache reads the entry with plain SQLite and
+    rebuilds the ObjectCode from it: it imports none of NOT_ON_A_HIT (a miss does)."""
+    from kjit import hashing
+    watched = NOT_ON_A_HIT + (["hashlib"] if hashing._builtin_sha256 is not None else [])
     env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path))
     seen = []
     for _ in range(2):   # a miss (writes through diskcache), then a fresh process's disk hit
-        proc = subprocess.run([sys.executable, "-c", DISK_HIT], capture_output=True, text=True,
-                              cwd=REPO, timeout=120, env=env)
+        proc = subprocess.run([sys.executable, "-c", DISK_HIT, *watched], capture_output=True,
+                              text=True, cwd=REPO, timeout=120, env=env)
         assert proc.returncode == 0, proc.stderr
-        seen.append(proc.stdout.strip())
-    assert seen == ["False ['diskcache', 'pickle']", "True []"]
+        seen.append(json.loads(proc.stdout))
+    (miss_hit, miss_mods), (hit, hit_mods) = seen
+    assert miss_hit is False and {"diskcache", "pickle", "kjit.compiler.nvrtc"} <= set(miss_mods)
+    assert hit is True and hit_mods == []

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent / "kjit"
 # Lowest first. A module belongs to the last (most specific) layer whose name prefixes it,
 # so "hip" (the library loader and comgr binding the compiler uses) sits low while
 # "hip.runtime" (the runtime twin of kjit.runtime) sits high.
-LAYERS = ["errors", "locations", "fileio", "driver", "arch", "formats", "objectcode", "jit_options",
+LAYERS = ["errors", "hashing", "locations", "fileio", "driver", "arch", "formats", "objectcode", "jit_options",
           "cache", "hip", "compiler", "linker", "runtime", "hip.runtime", "build", "decorator",
           "cli"]
 

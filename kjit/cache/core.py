@@ -3,7 +3,6 @@ shared tier if one is configured (kjit.cache.remote, kjit.cache.shared), then cr
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import sys
 import time
@@ -92,6 +91,7 @@ def enabled_by_env() -> bool:
 
 def digest(obj: ObjectCode) -> str:
     """sha256 hex over kind, arch and code: identifies a link input by content."""
+    import hashlib  # any size, many times: OpenSSL's
     h = hashlib.sha256()
     h.update(f"{obj.kind}\0{obj.arch or ''}\0".encode())
     h.update(obj.code)

@@ -7,12 +7,12 @@ another entry or a foreign blob all raise CorruptEntry instead of returning wron
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 from typing import Any
 
 from ..formats import KINDS
+from ..hashing import sha256
 from ..objectcode import ObjectCode
 
 MAGIC = b"KJITENT1"
@@ -30,7 +30,7 @@ def encode(key: str, obj: ObjectCode, meta: dict[str, Any]) -> bytes:
         "key": key, "kind": obj.kind, "arch": obj.arch, "name": obj.name, "log": obj.log,
         "symbols": dict(obj.symbols), "metadata": dict(obj.metadata), "meta": meta,
     }, sort_keys=True, separators=(",", ":"), default=str).encode()
-    digest = hashlib.sha256(header + obj.code).digest()
+    digest = sha256(header + obj.code).digest()
     return _PREFIX.pack(MAGIC, len(header), len(obj.code), digest) + header + obj.code
 
 
@@ -52,7 +52,7 @@ def decode_header(blob: bytes, key: str | None = None) -> tuple[dict[str, Any], 
         raise CorruptEntry(f"length mismatch: header {hlen} + code {clen} bytes declared, "
                            f"{len(blob) - _PREFIX.size} present (truncated or extended)")
     body = memoryview(blob)[_PREFIX.size:]
-    if hashlib.sha256(body).digest() != digest:
+    if sha256(body).digest() != digest:
         raise CorruptEntry("checksum mismatch")
     try:
         header = json.loads(bytes(body[:hlen]))

@@ -1,10 +1,11 @@
 """Cache keys: a sha256 over a canonical JSON description of everything that can change a result."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from typing import Any, Mapping
+
+from ..hashing import sha256 as _sha256
 
 # Bump when the entry format or the meaning of a key ingredient changes: old entries then miss.
 SCHEMA_VERSION = 1
@@ -37,13 +38,13 @@ def key_hash(namespace: str, key: Mapping[str, Any]) -> str:
     except (TypeError, ValueError) as exc:
         from ..errors import InvalidOptionError
         raise InvalidOptionError(f"cache key for {namespace!r} is not plain JSON data: {exc}") from None
-    return hashlib.sha256(text).hexdigest()
+    return _sha256(text).hexdigest()
 
 
 def sha256(data: bytes | str) -> str:
     if isinstance(data, str):
         data = data.encode()
-    return hashlib.sha256(data).hexdigest()
+    return _sha256(data).hexdigest()
 
 
 def env_fingerprint(backend: str) -> dict[str, str]:

@@ -13,12 +13,12 @@ one (whose damage could otherwise point at another entry's key) is a miss.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from ..fileio import replace_with
+from ..hashing import sha256
 from .snapshot import Snapshot
 
 DIR_NAME = "headers"
@@ -46,7 +46,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)
         digest, _, payload = data.partition(b"\n")
-        if len(data) > MAX_BYTES or hashlib.sha256(payload).hexdigest().encode() != digest:
+        if len(data) > MAX_BYTES or sha256(payload).hexdigest().encode() != digest:
             return []
         records = json.loads(payload)["records"]
         return [r for r in records if isinstance(r, dict) and isinstance(r.get("key"), str)]
@@ -85,7 +85,7 @@ def store(prekey: str, key: str, snapshot: Snapshot) -> None:
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
             path.parent.mkdir(exist_ok=True, mode=0o700)
             payload = json.dumps({"records": keep}, separators=(",", ":")).encode()
-            replace_with(path, hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+            replace_with(path, sha256(payload).hexdigest().encode() + b"\n" + payload)
         except OSError:
             continue  # read-only or full: the next listed directory
         import random

@@ -16,11 +16,12 @@ rewrite, but the kernel sets ctime to now, so the rewrite is seen (issue 16, ite
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import stat as stat_mod
 import time
 from typing import Any
+
+from ..hashing import sha256
 
 RACY_S = 2.0
 _RACY_NS = int(RACY_S * 1e9)
@@ -41,7 +42,7 @@ def is_racy(st: os.stat_result, since_s: float) -> bool:
 
 def read_hash(path: str) -> str:
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        return sha256(f.read()).hexdigest()
 
 
 def nearest_dir(path: str) -> tuple[str, os.stat_result | None]:

@@ -17,12 +17,13 @@ longer holds its anchor header is asked again.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import re
 import sys
 from typing import Any
+
+from ..hashing import sha256
 
 RECORD_FILE = "toolkit-headers.json"
 # (pathfinder's name, the header that proves the directory is right), in search order.
@@ -81,7 +82,7 @@ def _identity() -> str:
     wheels.append(package_version(("cuda-toolkit",)))
     text = json.dumps([sys.prefix, sys.base_prefix, bool(site.ENABLE_USER_SITE),
                        [os.environ.get(v) for v in _ENV], wheels])
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return sha256(text.encode()).hexdigest()[:32]
 
 
 def _record_path():
