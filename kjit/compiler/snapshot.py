@@ -116,7 +116,9 @@ class Snapshot:
                 st = stat(path)
             except OSError:
                 return False
-            if rec[5] or (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) != tuple(rec[:4]):
+            # field by field, no tuples: this line runs for each of ~600 headers on a hit
+            if rec[5] or st.st_mtime_ns != rec[1] or st.st_size != rec[0] \
+                    or st.st_ctime_ns != rec[2] or st.st_ino != rec[3]:
                 if st.st_size != rec[0] or not stat_mod.S_ISREG(st.st_mode):
                     return False
                 try:
