@@ -7,18 +7,20 @@ headers it was derived from. A lookup returns the key of the first record whose 
 check passes (stats, and a re-read only of files whose stat changed or was racily clean), so
 a CUB kernel's ~535 headers cost ~535 stats instead of reading and scanning them. A record
 that fails its check is skipped, never trusted: the caller resolves the includes and files a
-new record. Manifests are JSON in `<cache dir>/headers/`, after a line with the sha256 of the
+new record. Manifests are JSON in `<cache dir>/headers/`, after a line with the CRC-32 of the
 JSON, written whole and renamed into place: a reader never sees half of one, and a damaged
-one (whose damage could otherwise point at another entry's key) is a miss.
+one (whose damage could otherwise point at another entry's key) is a miss. A CRC, not a
+SHA-256: it is there for damage, not for an attacker (who could write both), and a fresh
+process's hit checks ~100 KB of it (0.03 ms against 0.5-0.9 ms for CPython's own SHA-256).
 """
 from __future__ import annotations
 
+import binascii
 import json
 from pathlib import Path
 from typing import Any
 
 from ..fileio import replace_with
-from ..hashing import sha256
 from .snapshot import Snapshot
 
 DIR_NAME = "headers"
@@ -37,6 +39,11 @@ def _dirs() -> list[Path]:
         return []
 
 
+def _check_line(payload: bytes) -> bytes:
+    """The manifest's first line (a manifest from before, with a sha256 line, is a miss)."""
+    return b"crc32:%08x" % binascii.crc32(payload)
+
+
 def _file(d: Path, prekey: str) -> Path:
     return d / prekey[:2] / f"{prekey}.json"
 
@@ -46,7 +53,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)
         digest, _, payload = data.partition(b"\n")
-        if len(data) > MAX_BYTES or sha256(payload).hexdigest().encode() != digest:
+        if len(data) > MAX_BYTES or _check_line(payload) != digest:
             return []
         records = json.loads(payload)["records"]
         return [r for r in records if isinstance(r, dict) and isinstance(r.get("key"), str)]
@@ -85,7 +92,7 @@ def store(prekey: str, key: str, snapshot: Snapshot) -> None:
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
             path.parent.mkdir(exist_ok=True, mode=0o700)
             payload = json.dumps({"records": keep}, separators=(",", ":")).encode()
-            replace_with(path, sha256(payload).hexdigest().encode() + b"\n" + payload)
+            replace_with(path, _check_line(payload) + b"\n" + payload)
         except OSError:
             continue  # read-only or full: the next listed directory
         import random
