@@ -133,9 +133,10 @@ print(json.dumps([obj.cache_hit, sorted(m for m in sys.argv[1:] if m in sys.modu
 # What a fresh process's disk hit has no use for, and what each would cost it (dev machine):
 # the cache's writer (diskcache, pickle), numpy, `inspect` (dataclasses import it, ~9 ms),
 # OpenSSL through hashlib (~2.5 ms; kjit.hashing), the binary readers (~2.5 ms), the compiler
-# itself and cuda.bindings.
+# itself, cuda.bindings, and sqlite3's Python layer (its date adapters import datetime).
 NOT_ON_A_HIT = ["diskcache", "pickle", "numpy", "inspect", "dataclasses", "kjit.formats.elf",
-                "kjit.formats.sniff", "kjit.compiler.run", "kjit.compiler.nvrtc", "cuda.bindings"]
+                "kjit.formats.sniff", "kjit.compiler.run", "kjit.compiler.nvrtc", "cuda.bindings",
+                "sqlite3", "datetime"]
 
 
 def test_a_disk_hit_imports_only_what_it_uses(tmp_path):

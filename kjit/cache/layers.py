@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
 from . import entry as entry_mod
 from . import trust
-from .index import Table
+from .index import Table, sqlite3
 from .store import ENV_DIR, CacheWarning, DiskStore, StoreReads, Unavailable, cache_dirs
 from ..objectcode import ObjectCode
 

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import re
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from . import entry as entry_mod
 from . import trust
-from .index import Table, delete_rows
+from .index import Table, delete_rows, sqlite3
 from ..locations import ENV_CACHE_DIR as ENV_DIR, cache_dir, cache_dirs  # noqa: F401  (re-exported)
 from ..objectcode import ObjectCode
 
