@@ -5,7 +5,7 @@ What the installed compiler can target is the compiler's question (kjit.compiler
 CUDA: sm_90 (real: cubin), sm_90a / sm_100f (arch- and family-specific), compute_90 (virtual:
 PTX only). HIP: gfx90a, gfx942, gfx1100 (optionally with :xnack± / :sramecc± features).
 """
-# (no `from __future__ import annotations`: the NamedTuple below would compile each field's
+# (no `from __future__ import annotations`: NamedTuples would then compile each field's
 # annotation text, and a fresh process's first compile() costs ~1.5 ms of a ~20 ms disk hit)
 
 import os

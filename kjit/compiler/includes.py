@@ -20,7 +20,7 @@ a remembered key (in process, or in a manifest on disk) is known to still hold w
 resolving again. Within one resolution each file is read once; across resolutions a file
 whose stat (size, mtime_ns, ctime_ns, inode) is unchanged and not racily clean is not read.
 """
-# (no `from __future__ import annotations`: the NamedTuple below would compile each field's
+# (no `from __future__ import annotations`: NamedTuples would then compile each field's
 # annotation text, and a fresh process's first compile() costs ~1.5 ms of a ~20 ms disk hit)
 
 import functools

@@ -16,7 +16,7 @@ bring CCCL's directory along when the toolkit's is off). Anything searched after
 toolkit belongs at the end of `dirs` (built in `for_options`), so user and toolkit headers
 keep precedence.
 """
-# (no `from __future__ import annotations`: the NamedTuple below would compile each field's
+# (no `from __future__ import annotations`: NamedTuples would then compile each field's
 # annotation text, and a fresh process's first compile() costs ~1.5 ms of a ~20 ms disk hit)
 
 import os
