@@ -44,7 +44,6 @@ class ObjectCode:
     def __init__(self, code: bytes, kind: str = "", arch: str | None = None, log: str = "",
                  symbols: Mapping[str, str] | None = None, name: str = "<source>",
                  metadata: Mapping[str, Any] | None = None, cache_hit: bool | None = None) -> None:
-        set_ = object.__setattr__
         if isinstance(code, str):  # PTX handed over as text
             code = code.encode()
         elif not isinstance(code, bytes):
@@ -53,7 +52,6 @@ class ObjectCode:
             except TypeError:
                 raise InvalidOptionError(
                     f"ObjectCode code must be bytes, got {type(code).__name__}") from None
-        set_(self, "code", code)
         if not kind:
             from .formats.sniff import sniff_kind
             kind = sniff_kind(code)
@@ -61,16 +59,19 @@ class ObjectCode:
             raise InvalidOptionError(f"unknown ObjectCode kind {kind!r}; one of {', '.join(KINDS)}")
         if kind in _ELF_KINDS:
             kind = _check_elf_kind(code, kind)
-        set_(self, "kind", kind)
         if arch is None:
             from .formats.sniff import arch_from_bytes
             arch = arch_from_bytes(code, kind)
-        set_(self, "arch", arch)
-        set_(self, "log", log)
-        set_(self, "symbols", MappingProxyType(dict(symbols or {})))
-        set_(self, "name", name)
-        set_(self, "metadata", MappingProxyType(dict(metadata or {})))
-        set_(self, "cache_hit", cache_hit)
+        self._fill(code, kind, arch, log, symbols, name, metadata, cache_hit)
+
+    def _fill(self, code: bytes, kind: str, arch: str | None, log: str,
+              symbols: Mapping[str, str] | None, name: str, metadata: Mapping[str, Any] | None,
+              cache_hit: bool | None) -> None:
+        """Set the fields of checked values (the only writes an ObjectCode takes)."""
+        for field_name, value in zip(_FIELDS, (
+                code, kind, arch, log, MappingProxyType(dict(symbols or {})), name,
+                MappingProxyType(dict(metadata or {})), cache_hit)):
+            object.__setattr__(self, field_name, value)
 
     @classmethod
     def from_checked(cls, code: bytes, kind: str, arch: str | None, log: str,
@@ -82,11 +83,7 @@ class ObjectCode:
                 (kind in _ELF_KINDS and not code.startswith(b"\x7fELF")):
             raise InvalidOptionError(f"not the fields of an ObjectCode (kind {kind!r})")
         obj = cls.__new__(cls)
-        for field_name, value in (("code", code), ("kind", kind), ("arch", arch), ("log", log),
-                                  ("symbols", MappingProxyType(dict(symbols))), ("name", name),
-                                  ("metadata", MappingProxyType(dict(metadata))),
-                                  ("cache_hit", cache_hit)):
-            object.__setattr__(obj, field_name, value)
+        obj._fill(code, kind, arch, log, symbols, name, metadata, cache_hit)
         return obj
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -130,13 +127,15 @@ class ObjectCode:
         return self.symbols.get(name, name)
 
     def with_(self, **changes: Any) -> "ObjectCode":
-        """A copy with some fields changed (e.g. cache_hit)."""
-        unknown = set(changes) - set(_FIELDS)
-        if unknown:
-            raise TypeError(f"ObjectCode has no field {sorted(unknown)[0]!r}")
+        """A copy with some fields changed (e.g. cache_hit). The bytes are read again only if
+        the change is to them, their kind or their arch (arch=None: what the bytes say)."""
         values = {f: getattr(self, f) for f in _FIELDS}
         values.update(changes)
-        return ObjectCode(**values)
+        if changes.keys() & {"code", "kind", "arch"}:
+            return ObjectCode(**values)
+        obj = ObjectCode.__new__(ObjectCode)
+        obj._fill(**values)
+        return obj
 
     def __repr__(self) -> str:
         return (f"ObjectCode(kind={self.kind!r}, arch={self.arch!r}, name={self.name!r}, "

@@ -63,16 +63,9 @@ class CompileOptions:
                  relocatable: bool = False, extra: Sequence[str] = (),
                  toolkit_headers: bool = True, std_headers: bool = True) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - immutable
-        for name, value in (("std", std), ("fast_math", fast_math), ("line_info", line_info),
-                            ("debug", debug), ("max_registers", max_registers),
-                            ("relocatable", relocatable), ("toolkit_headers", toolkit_headers),
-                            ("std_headers", std_headers)):
-            set_(name, value)
-        self._validate(set_, defines, include_dirs, {} if headers is None else headers, extra)
-
-    def _validate(self, set_: Any, defines: Any, include_dirs: Any, headers: Any, extra: Any) -> None:
-        if self.std is not None and self.std not in CUDA_STDS:
-            raise InvalidOptionError(f"std={self.std!r} is not one of {', '.join(CUDA_STDS)}")
+        if std is not None and std not in CUDA_STDS:
+            raise InvalidOptionError(f"std={std!r} is not one of {', '.join(CUDA_STDS)}")
+        set_("std", std)
         set_("defines", _normalise_defines(defines))
         if isinstance(include_dirs, (str, os.PathLike)):
             raise InvalidOptionError("include_dirs must be a list of directories, not one string")
@@ -83,6 +76,7 @@ class CompileOptions:
                 raise InvalidOptionError(f"include directory {str(d)!r} does not exist")
             dirs.append(str(p.resolve()))
         set_("include_dirs", tuple(dirs))
+        headers = {} if headers is None else headers
         if not isinstance(headers, Mapping):
             raise InvalidOptionError("headers must be a mapping of include name -> header text")
         for k, v in headers.items():
@@ -90,15 +84,18 @@ class CompileOptions:
                 raise InvalidOptionError(f"header {k!r}: names and contents must be strings")
         set_("headers", dict(sorted((k, v.decode() if isinstance(v, bytes) else v)
                                     for k, v in headers.items())))
-        for flag in ("fast_math", "line_info", "debug", "relocatable", "toolkit_headers",
-                     "std_headers"):
-            if not isinstance(getattr(self, flag), bool):
-                raise InvalidOptionError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
-        if self.max_registers is not None:
-            if isinstance(self.max_registers, bool) or not isinstance(self.max_registers, int) \
-                    or not 1 <= self.max_registers <= 255:
+        for flag, value in (("fast_math", fast_math), ("line_info", line_info), ("debug", debug),
+                            ("relocatable", relocatable), ("toolkit_headers", toolkit_headers),
+                            ("std_headers", std_headers)):
+            if not isinstance(value, bool):
+                raise InvalidOptionError(f"{flag} must be True or False, got {value!r}")
+            set_(flag, value)
+        if max_registers is not None:
+            if isinstance(max_registers, bool) or not isinstance(max_registers, int) \
+                    or not 1 <= max_registers <= 255:
                 raise InvalidOptionError(
-                    f"max_registers must be an int in 1..255, got {self.max_registers!r}")
+                    f"max_registers must be an int in 1..255, got {max_registers!r}")
+        set_("max_registers", max_registers)
         if isinstance(extra, str):
             raise InvalidOptionError("extra must be a list of flags, e.g. ['--use_fast_math']")
         extra = tuple(str(x) for x in extra)
