@@ -5,7 +5,9 @@ facts, which wheel it is) both need these, and neither may import the other for 
 """
 from __future__ import annotations
 
+import functools
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -33,19 +35,33 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kjit"
 
 
-def wheel_version(dist: str) -> str | None:
-    """The installed version of a wheel, read from its .dist-info directory name on sys.path
-    (importing importlib.metadata costs ~20 ms, and glob's patterns ~1 ms, against a fresh
-    process's ~20 ms disk hit)."""
-    prefix, suffix = dist.replace("-", "_") + "-", ".dist-info"
+@functools.lru_cache(maxsize=None)
+def installed() -> dict[str, str]:
+    """Installed distributions -> version, from the .dist-info names on sys.path (the first
+    one wins, as for imports), each entry listed once. importlib.metadata would cost ~20 ms
+    of a fresh process's ~20 ms disk hit."""
+    found: dict[str, str] = {}
     for entry in sys.path:
-        if not entry:
-            continue
         try:
-            names = os.listdir(entry)
+            names = sorted(os.listdir(entry)) if entry else ()
         except OSError:  # not a directory (a zip on sys.path), or gone
             continue
-        found = sorted(n for n in names if n.startswith(prefix) and n.endswith(suffix))
-        if found:
-            return found[0][len(prefix):-len(suffix)]
+        for name in names:
+            if name.endswith(".dist-info") and "-" in name:
+                dist, _, version = name[:-len(".dist-info")].partition("-")
+                found.setdefault(_normalise(dist), version)
+    return found
+
+
+def _normalise(dist: str) -> str:
+    return re.sub(r"[-_.]+", "-", dist).lower()
+
+
+def package_version(dists: tuple[str, ...]) -> tuple[str, str] | None:
+    """(distribution, version) of the first of `dists` that is installed."""
+    have = installed()
+    for d in dists:
+        if _normalise(d) in have:
+            return d, have[_normalise(d)]
     return None
+

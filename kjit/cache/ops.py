@@ -13,7 +13,7 @@ from . import entry as entry_mod
 from . import listing, trust
 from .core import current
 from .layers import open_store
-from .store import Unavailable, cache_dirs, parse_size
+from .store import Unavailable, cache_dirs, parse_duration, parse_size
 from ..errors import InvalidOptionError, KjitError
 
 SORT_FIELDS = ("created", "last_used", "size", "hits", "name", "arch", "kind")
@@ -157,17 +157,12 @@ def clear_report() -> dict[str, Any]:
         return {"removed": None, "unreadable_removed": None, "reset": True, "reason": str(exc)}
 
 
-_DUR = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
 def parse_age(text: str | float) -> float:
     """'90s', '30m', '12h', '7d', '2w' (or seconds) -> seconds."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(text).lower())
-    if not m:
-        raise InvalidOptionError(f"age {text!r} is not a duration: use e.g. 90s, 30m, 12h, 7d, 2w")
-    return float(m.group(1)) * _DUR[m.group(2) or "s"]
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise InvalidOptionError(f"age {exc}") from None
 
 
 def prune(*, max_size: str | int | None = None, older_than: str | float | None = None) -> dict[str, Any]:

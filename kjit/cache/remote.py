@@ -36,7 +36,6 @@ ENV_VARS = (ENV_URL, ENV_KEY, ENV_KEY_FILE, ENV_PREFIX, ENV_TTL, ENV_MAX_VALUE, 
 DEFAULT_PREFIX = f"kjit:{SCHEMA_VERSION}:"
 SCHEMES = ("redis", "rediss", "unix")
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_.:/-]+")
-_DUR = {"ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 class TierError(Exception):
@@ -121,17 +120,12 @@ class RemoteTier(ABC):
 
 
 def parse_duration(text: str | float, name: str) -> float:
-    """'500ms', '2s', '15m', '12h', '7d', '2w' or seconds -> seconds; InvalidOptionError names `name`."""
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*", str(text).lower())
-        if not m:
-            _bad(name, text, "a duration such as 500ms, 2s, 15m, 12h, 7d")
-        value = float(m.group(1)) * _DUR[m.group(2) or "s"]
-    if value < 0:
-        _bad(name, text, "a duration of zero or more")
-    return value
+    """store.parse_duration, with InvalidOptionError naming the setting `name`."""
+    from .store import parse_duration as parse
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise _bad(name, text, "a duration of zero or more, such as 500ms, 2s, 15m, 12h, 7d") from exc
 
 
 def _bad(name: str, value: Any, wanted: str):

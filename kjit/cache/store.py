@@ -52,6 +52,24 @@ def parse_size(text: str | int) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+_SECONDS = {"ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str | float) -> float:
+    """'500ms', '90s', '30m', '12h', '7d', '2w' (or seconds) -> seconds; ValueError names the
+    accepted forms."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*", str(text).lower())
+        if not m:
+            raise ValueError(f"{text!r} is not a duration: use e.g. 500ms, 90s, 30m, 12h, 7d, 2w")
+        value = float(m.group(1)) * _SECONDS[m.group(2) or "s"]
+    if value < 0:
+        raise ValueError(f"{text!r} is not a duration of zero or more")
+    return value
+
+
 def size_limit() -> int:
     env = os.environ.get(ENV_SIZE)
     if not env:

@@ -8,21 +8,17 @@ import click
 
 from ..build import COMPRESS_CHOICES, run_build
 from ..errors import KjitError
-from .common import compile_flags, compile_options_from_cli, emit, fail, json_option
-
-
-def _human(n: int) -> str:
-    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.2f} MiB"
+from .common import compile_flags, compile_options_from_cli, emit, fail, human_size, json_option
 
 
 def _text(d: dict[str, Any]) -> str:
-    lines = [f"wrote {d['output']} ({d['kind']}, {_human(d['size'])}, {len(d['entries'])} "
+    lines = [f"wrote {d['output']} ({d['kind']}, {human_size(d['size'])}, {len(d['entries'])} "
              f"entries) in {d['seconds']:.2f} s"]
     for e in d["entries"]:
         verb = "linked" if e.get("linked") else "compiled"
         how = "reused from cache" if e["cache_hit"] else (
             f"{verb} ({e['ms']:.0f} ms)" if e.get("ms") is not None else verb)
-        lines.append(f"  {e['kind']:<6} {e['arch']:<12} {_human(e['size']):>10}  {how}")
+        lines.append(f"  {e['kind']:<6} {e['arch']:<12} {human_size(e['size']):>10}  {how}")
     if d["symbols"]:
         lines.append("  names: " + ", ".join(f"{k} -> {v}" for k, v in sorted(d["symbols"].items())))
     cache = f"cache: {d['reused']} of {d['compiles']} compiles reused"

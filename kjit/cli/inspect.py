@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ..errors import KjitError
-from .common import emit, fail, json_option
+from .common import emit, fail, human_size, json_option
 
 
 def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -57,27 +57,23 @@ def _kernels(entry: Any) -> list[dict[str, Any]]:
     return []  # LTO-IR is NVVM bitcode: its kernels are known only after linking
 
 
-def _human(n: int) -> str:
-    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.2f} MiB"
-
-
 def _dash(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
 def _text(d: dict[str, Any]) -> str:
-    lines = [f"{d['file']}: {d['kind']}, {_human(d['size'])}"
+    lines = [f"{d['file']}: {d['kind']}, {human_size(d['size'])}"
              + (f", {len(d['entries'])} entries" if d["kind"] in ("fatbin", "hipfb") else "")]
     for e in d["entries"]:
         extra = []
         if e["compression"]:
-            extra.append(f"{e['compression']}, {_human(e['stored_size'])} stored"
+            extra.append(f"{e['compression']}, {human_size(e['stored_size'])} stored"
                          if e["decoded"] else f"{e['compression']}-compressed")
         if e.get("ptx_version"):
             extra.append(f"PTX ISA {e['ptx_version']}")
         if e.get("note"):
             extra.append(e["note"])
-        lines.append(f"  {e['kind']:<6} {e['arch'] or '?':<12} {_human(e['size']):>10}"
+        lines.append(f"  {e['kind']:<6} {e['arch'] or '?':<12} {human_size(e['size']):>10}"
                      + (f"  ({'; '.join(extra)})" if extra else ""))
         ks = e["kernels"]
         if ks and "registers" in ks[0]:

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..locations import cache_dir, wheel_version
+from ..locations import cache_dir, package_version
 
 FILE_NAME = "nvrtc-facts.json"
 
@@ -29,12 +29,12 @@ def _ask_nvrtc() -> dict[str, Any]:
     return {"version": [int(major), int(minor)], "archs": [int(a) for a in archs]}
 
 
+NVRTC_WHEELS = ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu13", "nvidia-cuda-nvrtc-cu12")
+
+
 def _wheel() -> str | None:
-    for name in ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu13", "nvidia-cuda-nvrtc-cu12"):
-        version = wheel_version(name)
-        if version:
-            return f"{name} {version}"
-    return None
+    found = package_version(NVRTC_WHEELS)
+    return f"{found[0]} {found[1]}" if found else None
 
 
 def _path() -> Path | None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 
-from ..locations import wheel_version
+from ..locations import package_version
 
 
 @functools.lru_cache(maxsize=None)
@@ -19,8 +19,5 @@ def compiler_identity(backend: str) -> str:
     else:
         from . import facts  # not .nvrtc: a disk hit needs NVRTC's version, not its module
         text, dist = "nvrtc " + ".".join(map(str, facts.nvrtc()["version"])), "nvidia-cuda-nvrtc"
-    for name in (dist, dist + "-cu13", dist + "-cu12"):
-        version = wheel_version(name)
-        if version:
-            return f"{text} ({name} {version})"
-    return text
+    found = package_version((dist, dist + "-cu13", dist + "-cu12"))
+    return f"{text} ({found[0]} {found[1]})" if found else text

@@ -136,7 +136,7 @@ class CompileOptions:
     def __repr__(self) -> str:
         return "CompileOptions(" + ", ".join(f"{f}={v!r}" for f, v in zip(_FIELDS, self.values())) + ")"
 
-    def __reduce__(self) -> tuple:  # pickling (kjit build's worker processes)
+    def __reduce__(self) -> tuple:  # pickle and copy: through __init__, as slots can't be set
         return (CompileOptions, self.values())
 
     def describe(self) -> dict[str, Any]:

@@ -24,6 +24,8 @@ import sys
 from typing import Any
 
 from ..hashing import sha256
+from ..locations import installed, package_version  # noqa: F401  (installed: for kjit info and tests)
+from .facts import NVRTC_WHEELS
 
 RECORD_FILE = "toolkit-headers.json"
 # (pathfinder's name, the header that proves the directory is right), in search order.
@@ -38,41 +40,10 @@ PROVIDERS = {"cccl": ("nvidia-cuda-cccl", "nvidia-cuda-cccl-cu13", "nvidia-cuda-
              "cudart": ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12")}
 # Wheels that add to a directory another wheel provides (mma.h includes crt/mma.h).
 ALSO = {"cudart": ("nvidia-cuda-crt",)}
-_NVRTC_DISTS = ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu13", "nvidia-cuda-nvrtc-cu12")
 _ENV = ("CONDA_PREFIX", "CUDA_PATH", "CUDA_HOME", "PYTHONUSERBASE")
 # The combinations the test suite has compiled the corpus (tests/corpus) with.
 TESTED = ("NVRTC 13.5 (nvidia-cuda-nvrtc 13.5.37) with nvidia-cuda-cccl 13.3 (CCCL 3.5.0), "
           "nvidia-cuda-runtime 13.5.37 and nvidia-cuda-crt 13.5.37")
-
-
-@functools.lru_cache(maxsize=None)
-def installed() -> dict[str, str]:
-    """Installed distributions -> version, from the .dist-info names on sys.path (the first
-    one wins, as for imports). importlib.metadata would cost ~20 ms."""
-    found: dict[str, str] = {}
-    for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".") if entry else ()
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith(".dist-info") and "-" in name:
-                dist, _, version = name[:-len(".dist-info")].partition("-")
-                found.setdefault(_normalise(dist), version)
-    return found
-
-
-def _normalise(dist: str) -> str:
-    return re.sub(r"[-_.]+", "-", dist).lower()
-
-
-def package_version(dists: tuple[str, ...]) -> tuple[str, str] | None:
-    """(distribution, version) of the first of `dists` that is installed."""
-    have = installed()
-    for d in dists:
-        if _normalise(d) in have:
-            return d, have[_normalise(d)]
-    return None
 
 
 def _identity() -> str:
@@ -180,12 +151,7 @@ def crt_dir(cudart: str | None) -> str | None:
     system site-packages) split what a toolkit keeps in one include directory."""
     if cudart is None or os.path.isfile(os.path.join(cudart, CRT_ANCHOR)):
         return None
-    for entry in sys.path:
-        for rel in WHEEL_DIRS["cudart"]:
-            d = os.path.join(entry or ".", rel)
-            if os.path.isfile(os.path.join(d, CRT_ANCHOR)):
-                return os.path.realpath(d)
-    return None
+    return _on_sys_path("cudart", CRT_ANCHOR)
 
 
 def dirs() -> tuple[str, ...]:
@@ -243,7 +209,7 @@ def failure_note(log: str, nvrtc_version: str) -> str:
                 hit = (lib, f)
     if hit is None:
         return ""
-    nvrtc_pkg = package_version(_NVRTC_DISTS)
+    nvrtc_pkg = package_version(NVRTC_WHEELS)
     parts = [f"NVRTC {nvrtc_version}" + (f" ({nvrtc_pkg[0]} {nvrtc_pkg[1]})" if nvrtc_pkg else "")]
     for lib, _ in LIBS:
         pkg = package_version(PROVIDERS[lib])
