@@ -9,6 +9,7 @@ import pytest
 
 import kjit
 from kjit.compiler import toolkit_headers
+from kjit.compiler.api import compile_key
 
 WMMA = r'''
 #include <mma.h>
@@ -76,3 +77,89 @@ def test_crt_from_a_system_toolkit_without_cuda_home(split_layout, monkeypatch):
     toolkit_headers.crt_dir.cache_clear()
     assert toolkit_headers.dirs()[-1] == os.path.realpath(toolkit / "include")
     assert "wmma16" in kjit.compile(WMMA, arch="sm_90", cache=False).entry_points
+
+
+# --- keys that do not depend on where things are installed -----------------------------------
+HEADERS = r'''
+#include <cstdint>
+#include <cuda_fp16.h>
+extern "C" __global__ void scale(__half* x, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __hmul(x[i], __float2half(2.0f));
+}
+'''
+_PROBE = r'''
+import json, sys, kjit
+src = open(sys.argv[1]).read()
+opts = kjit.CompileOptions(line_info=sys.argv[2] == "lineinfo")
+obj = kjit.compile(src, arch="sm_90", options=opts)
+from kjit.compiler import toolkit_headers
+from kjit.compiler.api import compile_key
+print(json.dumps({"hit": obj.cache_hit, "kjit": kjit.__file__, "dirs": toolkit_headers.dirs(),
+                  "key": compile_key(src, arch="sm_90", options=opts)}))
+'''
+
+
+def _environment(root: Path) -> Path:
+    """A copy of kjit and of the header wheels' layout at `root` (files linked, directories
+    real, so every path below `root` stays below it)."""
+    import shutil
+    import kjit as pkg
+    shutil.copytree(Path(pkg.__file__).parent, root / "kjit",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    real = Path(toolkit_headers.located()["cudart"])
+    inc = root / "nvidia" / "cu13" / "include"
+    inc.mkdir(parents=True)
+    for entry in real.iterdir():
+        if entry.name == "cccl":
+            (inc / "cccl").mkdir()
+            for sub in entry.iterdir():
+                (inc / "cccl" / sub.name).symlink_to(sub)
+        else:
+            (inc / entry.name).symlink_to(entry)
+    return root
+
+
+def _probe(env: Path, src: Path, cache: Path, extra_env=None, mode="plain") -> dict:
+    import json
+    import subprocess
+    import sys
+    environ = dict(os.environ, PYTHONPATH=str(env), KJIT_CACHE_DIR=str(cache), **(extra_env or {}))
+    out = subprocess.run([sys.executable, "-c", _PROBE, str(src), mode], env=environ, cwd=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def two_environments(tmp_path_factory):
+    base = tmp_path_factory.mktemp("envs")
+    src = base / "k.cu"
+    src.write_text(HEADERS)
+    return _environment(base / "venv-a"), _environment(base / "venv-b"), src
+
+
+def test_two_environments_at_different_paths_share_one_disk_cache(two_environments, tmp_path):
+    a, b, src = two_environments
+    first = _probe(a, src, tmp_path / "cache")
+    second = _probe(b, src, tmp_path / "cache")
+    assert first["kjit"].startswith(str(a)) and second["kjit"].startswith(str(b))
+    assert all(d.startswith(str(a)) for d in first["dirs"][:2])
+    assert not first["hit"] and second["hit"]
+    assert first["key"] == second["key"]
+
+
+def test_line_info_keys_the_paths_it_puts_into_the_binary(two_environments, tmp_path):
+    a, b, src = two_environments
+    first = _probe(a, src, tmp_path / "cache", mode="lineinfo")
+    second = _probe(b, src, tmp_path / "cache", mode="lineinfo")
+    assert not first["hit"] and not second["hit"]
+    assert first["key"] != second["key"]
+
+
+def test_two_environments_share_the_remote_tier(two_environments, tmp_path, remote_env):
+    a, b, src = two_environments
+    signed = {"KJIT_REMOTE_CACHE_KEY": "a shared secret for this test"}
+    first = _probe(a, src, tmp_path / "node-a", signed)
+    second = _probe(b, src, tmp_path / "node-b", signed)      # another node's own disk cache
+    assert not first["hit"] and second["hit"]

@@ -26,7 +26,7 @@ from ..cache.core import bypass, enabled_by_env, lookup_hashed
 from ..cache.key import KEY_ENV_VARS, env_fingerprint, key_hash, sha256
 from ..cache.store import CacheWarning
 from ..objectcode import ObjectCode
-from . import includes, manifest, search
+from . import includes, manifest, roots, search
 from .identity import compiler_identity
 from .options import CompileOptions
 from .request import BACKENDS, CompileRequest, make_request
@@ -205,8 +205,18 @@ def describe(req: Any, res: Any) -> dict[str, Any]:
         "source_sha256": sha256(req.source), "name": req.name, "arch": req.arch,
         "target": req.target, "backend": req.backend, "options": req.options.describe(),
         "name_expressions": list(req.name_expressions), "compiler": compiler_identity(req.backend),
-        "env": env_fingerprint(req.backend), **(res.key() if res is not None else {}),
+        "env": env_fingerprint(req.backend), **(_headers_key(res, req.options) if res is not None else {}),
     }
+
+
+def _headers_key(res: Any, options: Any) -> dict[str, list]:
+    """The headers part of a key: headers under kjit's own roots named below their root
+    (compiler/roots.py), unless line or debug information puts their paths into the binary."""
+    out = res.key()
+    if not roots.paths_matter(options):
+        out["headers"] = [[kind, roots.key_path(name) if kind == "file" else name, digest]
+                          for kind, name, digest in out["headers"]]
+    return out
 
 
 def compile_key(source: str, **kwargs: Any) -> str:
