@@ -37,6 +37,22 @@ def _read(prog, size_fn, get_fn, what: str) -> bytes:
     return bytes(buf)
 
 
+def _warn_if_no_kernel(source: str, code: bytes, target: str, name: str) -> None:
+    import warnings
+    from .hints import uninstantiated_templates
+    if target == "ptx":
+        has = b".entry" in code
+    elif target == "cubin":
+        from ..formats.elf import ElfFile
+        has = bool(ElfFile(code).cuda_kernels())
+    else:
+        return  # LTO-IR: kernels are named at link time
+    text = uninstantiated_templates(source, (), has)
+    if text:
+        from ..errors import CompileWarning
+        warnings.warn(f"{name}: {text}", CompileWarning, stacklevel=2)
+
+
 def compile_source(source: str, *, name: str, arch: str, target: str, options: CompileOptions,
                    name_expressions: Sequence[str] = (), search: Any = None
                    ) -> tuple[bytes, str, dict[str, str], float]:
@@ -67,8 +83,8 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
                 from .toolkit_headers import failure_note
                 note = failure_note(log_text, ".".join(map(str, version())))
                 message += f"\n{note}" if note else ""
-            from .stdheaders import explain_missing
-            hint = explain_missing(log_text, options.std_headers)
+            from .hints import explain
+            hint = explain(log_text, options.std_headers)
             message += f"\n{hint}" if hint else ""
             raise compile_error(
                 message,
@@ -81,6 +97,8 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
         code = _read(prog, *getters, target)
         if target == "ptx":
             code = code.rstrip(b"\0")
+        if not name_expressions and "template" in source:
+            _warn_if_no_kernel(source, code, target, name)
         symbols = {}
         for expr in name_expressions:
             err, lowered = nvrtc.nvrtcGetLoweredName(prog, expr.encode())
