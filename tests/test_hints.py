@@ -81,3 +81,13 @@ def test_no_warning_when_instantiated():
         assert obj.lowered_name("scale<float>") in obj.entry_points
         kjit.compile(TEMPLATE + "template __global__ void scale<int>(int*, int);\n",
                      arch="sm_90", cache=False)
+
+
+def test_a_host_library_header_found_on_the_path_gets_the_same_hint(tmp_path):
+    """PyTorch's cu13 wheels put cublas_v2.h beside cuda_fp16.h: NVRTC opens it and fails
+    inside it."""
+    (tmp_path / "cublas_v2.h").write_text("cublasStatus_t cublasCreate(void** handle);\n")
+    with pytest.raises(CompileError) as info:
+        kjit.compile("#include <cublas_v2.h>\n" + KERNEL, arch="sm_90", cache=False,
+                     options=kjit.CompileOptions(include_dirs=[tmp_path]))
+    assert "cuBLAS" in info.value.message and "called from the host" in info.value.message

@@ -46,6 +46,8 @@ def explain(log: str, std_headers: bool) -> str | None:
         return (f"{os.path.basename(m.group('file').strip())} (line {m.group('line')}) stopped the "
                 f"compile with its own #error: {m.group('text').strip()}")
     host = host_toolkit_header(log)
+    if host and host[0] in _HOST_LIBRARY:  # found (some wheels ship them), but host code
+        return _missing(host[0], "included")
     if host:
         name, what = host
         return (f"<{name}> is {what}, a host-only header: device code cannot call it. Remove the "
@@ -87,6 +89,8 @@ def host_toolkit_header(log: str) -> tuple[str, str] | None:
         base = os.path.basename(m.group("file").strip())
         if base in HOST_TOOLKIT:
             return base, HOST_TOOLKIT[base]
+        if base in _HOST_LIBRARY:
+            return base, _HOST_LIBRARY[base]
     return None
 
 
