@@ -85,7 +85,8 @@ def local_lines(d: dict) -> str:
     return (f"\nremote     {r.get('url') or '(not configured now)'}\n"
             f"  hits {r['hits']}, misses {r['misses']}, errors {r['errors']}, refused {r['refused']} "
             f"(bad or no signature), corrupt {r['corrupt']}, too large {r['too_large']}, "
-            f"skipped while down {r['skipped']}, published {r['puts']}")
+            f"skipped while down {r['skipped']}, published {r['puts']}, "
+            f"leases without a sane expiry {r.get('bad_leases', 0)}")
 
 
 @click.command("push")
