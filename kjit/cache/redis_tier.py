@@ -24,7 +24,7 @@ from redis.retry import Retry
 
 from . import redis_guard
 from .entry import CorruptEntry
-from .remote import ENV_URL, Lease, RemoteTier, TierError, TierFull, ValueTooLarge, Watch, redact
+from .remote import ENV_TIMEOUT, ENV_URL, Lease, RemoteTier, TierError, TierFull, ValueTooLarge, Watch, redact
 
 _BATCH = 500
 _SMALL = 64 << 10          # the longest string a request that is not a value read accepts
@@ -137,6 +137,9 @@ class RedisTier(RemoteTier):
             if req is not None and req.refused:
                 self._drop()
                 raise ValueTooLarge(req.refused) from None
+            if req is not None and time.monotonic() >= req.deadline:
+                raise TierError(f"no whole reply within the request deadline of "
+                                f"{seconds or self.timeout_s:g} s ({ENV_TIMEOUT})") from None
             raise _error(exc) from None
         except Exception as exc:  # redis-py choked on the reply: its connections are suspect
             self._drop()
