@@ -13,6 +13,10 @@ def _ops():
     return remote_ops
 
 
+_UNSIGNED = ("NO: set KJIT_REMOTE_CACHE_KEY_FILE to sign (trusted unsigned: "
+             "KJIT_REMOTE_CACHE_UNSIGNED=1)")
+
+
 def _ttl(t) -> str:
     if t is None:
         return "never"
@@ -52,7 +56,7 @@ def stats(as_json: bool) -> None:
         srv = d["server"]
         limit = _size(srv["maxmemory"]) if srv.get("maxmemory") else "no limit"
         lines = [f"remote     {d['url']} (prefix {d['prefix']})",
-                 f"signed     {'yes (HMAC-SHA256)' if d['signed'] else 'NO: set KJIT_REMOTE_CACHE_KEY'}",
+                 f"signed     {'yes (HMAC-SHA256)' if d['signed'] else _UNSIGNED}",
                  f"entries    {d['entries']}",
                  f"bytes      {d['bytes']} ({_size(d['bytes'])}); values over {_size(d['max_value'])} "
                  f"stay local",
