@@ -134,8 +134,9 @@ def test_a_malformed_setting_names_the_variable_and_the_form(monkeypatch, var, v
     with pytest.raises(InvalidOptionError, match=var) as info:
         lookup("bad")
     assert words in str(info.value)
-    res = run_cli("cache", "stats", "--remote", "--json")
-    assert res.exit_code not in (0, 70) and var in res.output, (res.exit_code, res.output)
+    for command in (["stats", "--remote"], ["ls", "--remote"], ["clear", "--remote", "--yes"]):
+        res = run_cli("cache", *command, "--json")
+        assert res.exit_code not in (0, 70) and var in res.output, (command, res.exit_code, res.output)
 
 
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=40)
@@ -179,3 +180,8 @@ def test_any_url_is_accepted_or_named(url):
         assert remote.ENV_URL in str(exc)
         return
     tier.close()
+
+
+def test_a_key_that_is_not_utf8_is_used_as_its_bytes():
+    env = {remote.ENV_URL: "redis://127.0.0.1:1/0", remote.ENV_KEY: "s\udcffcret"}  # os.environ's
+    assert remote.RemoteConfig.from_env(env).secret == b"s\xffcret"               # undecodable byte

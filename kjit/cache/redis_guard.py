@@ -112,11 +112,15 @@ class GuardedSocket:
             req.bytes_left -= len(data)
             if req.bytes_left < 0:
                 raise req.refuse("the reply is larger than the request allows")
-        self._frame(bytes(data), req)
+        self._frame(data, req)
 
-    def _frame(self, data: bytes, req: Request | None) -> None:
+    def _frame(self, data, req: Request | None) -> None:
         """Follow RESP: a body is skipped by count; a line is read up to its CRLF and, for a
         string, its length is checked against the request's cap."""
+        if self._skip >= len(data):  # inside a string's body: nothing to look at
+            self._skip -= len(data)
+            return
+        data = bytes(data)
         i, end = 0, len(data)
         while i < end:
             if self._skip:

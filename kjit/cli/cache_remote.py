@@ -70,7 +70,10 @@ def stats(as_json: bool) -> None:
 
 def clear(yes: bool, as_json: bool) -> None:
     from ..cache.remote import RemoteConfig
-    config = RemoteConfig.from_env()
+    try:
+        config = RemoteConfig.from_env()
+    except KjitError as exc:
+        raise fail(exc)
     if not (yes or as_json) and config is not None:
         click.confirm(f"Remove every entry under {config.prefix} in {config.display_url} "
                       "(for every node that uses it)?", abort=True)
