@@ -30,6 +30,7 @@ _BATCH = 500
 _SMALL = 64 << 10          # the longest string a request that is not a value read accepts
 _SMALL_REPLY = 16 << 20    # ... and the most bytes of its whole reply
 _SLACK = 64                # a value's signature header and RESP framing
+_PIPELINE_BYTES = 64 << 20  # the most a pipelined request (a listing) may bring back
 
 
 def _error(exc: RedisError) -> TierError:
@@ -138,7 +139,7 @@ class RedisTier(RemoteTier):
                 self._drop()
                 raise ValueTooLarge(req.refused) from None
             if req is not None and time.monotonic() >= req.deadline:
-                raise TierError(f"no whole reply within the request deadline of "
+                raise TierError(f"TimeoutError: no whole reply within the request deadline of "
                                 f"{seconds or self.timeout_s:g} s ({ENV_TIMEOUT})") from None
             raise _error(exc) from None
         except Exception as exc:  # redis-py choked on the reply: its connections are suspect
@@ -267,8 +268,9 @@ class RedisTier(RemoteTier):
 
     def _pipelined(self, keys: list[str], add, bulk_max: int = _SMALL) -> list:
         out: list = []
-        for i in range(0, len(keys), _BATCH):
-            batch = keys[i:i + _BATCH]
+        step = max(1, min(_BATCH, _PIPELINE_BYTES // (2 * bulk_max)))  # a bounded reply per request
+        for i in range(0, len(keys), step):
+            batch = keys[i:i + step]
             pipe = self.client.pipeline(transaction=False)
             for k in batch:
                 add(pipe, k)
