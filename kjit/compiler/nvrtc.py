@@ -79,11 +79,12 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             _, text = nvrtc.nvrtcGetErrorString(result)
             message = f"NVRTC could not compile {name} for {arch} ({text.decode()})"
-            if path.automatic_dirs:
+            from .hints import explain, host_toolkit_header, is_error_directive
+            # a header's own #error, or a host API: the hint says why, not versions
+            if path.automatic_dirs and not (is_error_directive(log_text) or host_toolkit_header(log_text)):
                 from .toolkit_headers import failure_note
                 note = failure_note(log_text, ".".join(map(str, version())))
                 message += f"\n{note}" if note else ""
-            from .hints import explain
             hint = explain(log_text, options.std_headers)
             message += f"\n{hint}" if hint else ""
             raise compile_error(

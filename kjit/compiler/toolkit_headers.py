@@ -221,9 +221,6 @@ _LOCATION = re.compile(r"^(?P<file>[^\n(]+?)\((?P<line>\d+)\):\s*(?:error|catast
 def failure_note(log: str, nvrtc_version: str) -> str:
     """When NVRTC's log puts an error inside a toolkit header: the versions involved, so a
     mismatch can be told from a bug in the user's code. "" otherwise."""
-    from .hints import host_toolkit_header, is_error_directive
-    if is_error_directive(log) or host_toolkit_header(log):
-        return ""  # a header's own #error, or a host API: the hint says why, not versions
     found = located()
     roots = {lib: os.path.join(d, "") for lib, d in found.items() if d}
     hit: tuple[str, str] | None = None
