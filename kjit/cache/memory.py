@@ -1,7 +1,6 @@
 """The in-process layer: recently used ObjectCodes by key, bounded in bytes, LRU."""
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 
 from ..objectcode import ObjectCode
@@ -13,8 +12,8 @@ DEFAULT_MEMORY = 256 << 20
 class MemoryLayer:
     def __init__(self, limit: int | None = None):
         if limit is None:
-            from .store import parse_size
-            limit = parse_size(os.environ.get(ENV_MEMORY) or DEFAULT_MEMORY)
+            from .store import env_size
+            limit = env_size(ENV_MEMORY, DEFAULT_MEMORY)
         self.limit = limit
         self._items: OrderedDict[str, ObjectCode] = OrderedDict()
         self._bytes = 0
