@@ -104,9 +104,9 @@ def test_compile_error_exits_1_with_the_log_and_no_traceback(work):
     assert not (work / "bad.cubin").exists()
 
 
-def test_bad_arch_exits_1_listing_supported(work):
+def test_bad_arch_is_a_usage_error_listing_supported(work):
     result = run("compile", "saxpy.cu", "--arch", "sm_91")
-    assert result.exit_code == 1 and "sm_91" in result.output and "sm_90" in result.output
+    assert result.exit_code == 2 and "sm_91" in result.output and "sm_90" in result.output
     assert "Traceback" not in result.output
 
 
