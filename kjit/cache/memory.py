@@ -5,14 +5,12 @@ from collections import OrderedDict
 
 from ..objectcode import ObjectCode
 
-ENV_MEMORY = "KJIT_CACHE_MEMORY_SIZE"
-DEFAULT_MEMORY = 256 << 20
+from .store import DEFAULT_MEMORY, ENV_MEMORY, env_size  # noqa: F401  (re-exported)
 
 
 class MemoryLayer:
     def __init__(self, limit: int | None = None):
         if limit is None:
-            from .store import env_size
             limit = env_size(ENV_MEMORY, DEFAULT_MEMORY)
         self.limit = limit
         self._items: OrderedDict[str, ObjectCode] = OrderedDict()

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     import diskcache
 
 ENV_SIZE = "KJIT_CACHE_SIZE"
+ENV_MEMORY = "KJIT_CACHE_MEMORY_SIZE"   # the memory layer's (kjit.cache.memory)
+DEFAULT_MEMORY = 256 << 20
 USAGE_PREFIXES = ("meta:", "hits:", "used:", "size:")  # one usage row of each per entry
 DEFAULT_SIZE = 1 << 30
 
@@ -74,7 +76,6 @@ def check_settings() -> None:
     """SettingError for the first local cache setting kjit cannot use, naming the variable
     and the accepted forms. Run when a process first uses its cache, hit or miss alike,
     so that a typo is never ignored on one path and fatal on the other."""
-    from .memory import DEFAULT_MEMORY, ENV_MEMORY
     for name, default in ((ENV_SIZE, DEFAULT_SIZE), (ENV_MEMORY, DEFAULT_MEMORY)):
         env_size(name, default)
     for name in _SWITCHES:

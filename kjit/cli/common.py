@@ -3,38 +3,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import warnings
 from typing import Any, Callable, Iterator
 
 import click
 
 from ..errors import InvalidOptionError, KjitError
+from .failures import CommandFailed, warnings_seen
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-
-_seen: list[str] = []   # this command's warnings, for its --json object
-
-
-def warnings_seen() -> list[str]:
-    return list(_seen)
-
-
-@contextlib.contextmanager
-def warnings_as_messages() -> Iterator[None]:
-    """While a command runs, a warning is `warning: <message>` on stderr, not Python's
-    `file:line: Category: message` (which names kjit's source, not the user's problem).
-    The messages are kept for the --json object. Library users keep Python's warnings."""
-    def show(message, category, filename, lineno, file=None, line=None):
-        text = str(message)
-        _seen.append(text)
-        with contextlib.suppress(OSError):
-            click.echo(f"warning: {text}", err=True)
-
-    _seen.clear()
-    with warnings.catch_warnings():
-        warnings.showwarning = show
-        yield
-
 
 @contextlib.contextmanager
 def usage_errors() -> Iterator[None]:
@@ -51,8 +27,8 @@ def emit(data: Any, as_json: bool, text: Callable[[Any], str], *, err: bool = Fa
     when the command's output bytes go to stdout). With --json, an object gains the
     command's warnings as "warnings" (a list; also on stderr)."""
     if as_json:
-        if isinstance(data, dict) and _seen:
-            data = {**data, "warnings": list(_seen)}
+        if isinstance(data, dict) and warnings_seen():
+            data = {**data, "warnings": warnings_seen()}
         click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
     else:
         click.echo(text(data), err=err)
@@ -79,7 +55,6 @@ def human_size(n) -> str:
 def fail(exc: KjitError) -> "click.ClickException":
     """A KjitError as a click error: a message (or --json error object) and exit code 1,
     no traceback; the error's type is kept for --json."""
-    from .failures import CommandFailed
     return CommandFailed(exc)
 
 

@@ -9,10 +9,12 @@ called it), 70 an internal error in kjit (with a traceback on stderr), 130 inter
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import traceback
-from typing import Any, Sequence
+import warnings
+from typing import Any, Iterator, Sequence
 
 import click
 
@@ -27,6 +29,30 @@ class CommandFailed(click.ClickException):
     def __init__(self, original: BaseException, message: str | None = None):
         super().__init__(message if message is not None else str(original))
         self.original = original
+
+
+_seen: list[str] = []   # this command's warnings, for its --json object
+
+
+def warnings_seen() -> list[str]:
+    return list(_seen)
+
+
+@contextlib.contextmanager
+def warnings_as_messages() -> Iterator[None]:
+    """While a command runs, a warning is `warning: <message>` on stderr, not Python's
+    `file:line: Category: message` (which names kjit's source, not the user's problem).
+    The messages are kept for the --json object. Library users keep Python's warnings."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = str(message)
+        _seen.append(text)
+        with contextlib.suppress(OSError):
+            click.echo(f"warning: {text}", err=True)
+
+    _seen.clear()
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def wants_json(args: Sequence[str]) -> bool:
@@ -73,7 +99,6 @@ def report(exc: BaseException, as_json: bool) -> int:
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
         message += " (an internal error in kjit: please report it with the traceback above)"
     if as_json:
-        from .common import warnings_seen
         error = {"type": kind, "message": message, "exit_code": code, **extra}
         out: dict[str, Any] = {"error": error}
         if warnings_seen():

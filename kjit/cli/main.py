@@ -8,7 +8,6 @@ import sys
 import click
 
 from . import failures
-from .common import warnings_as_messages
 from .._version import __version__
 
 # command name -> "module:attribute"
@@ -37,7 +36,7 @@ class LazyGroup(click.Group):
         """click's main, with every failure reported the one kjit way (cli/failures.py):
         a message, or with --json one JSON object on stdout, and a documented exit code."""
         args = list(sys.argv[1:] if args is None else args)
-        with warnings_as_messages():
+        with failures.warnings_as_messages():
             try:
                 rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             except SystemExit:
