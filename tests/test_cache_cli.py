@@ -192,3 +192,25 @@ def test_prune_works_on_a_full_disk(tmp_path):
     assert verified["ok"] == pruned["entries_left"] and not verified["corrupt"]
     left = {r["key"] for r in json.loads((out / "ls.json").read_text())}
     assert left and not left & set(pruned["keys"])
+
+
+def test_the_in_place_prune_keeps_the_rest_intact(filled, monkeypatch, saxpy_src):
+    """The path a full disk takes, on any machine: same choices, same report, a cache
+    that verifies and still serves what it kept."""
+    from kjit.cache import inplace
+    monkeypatch.setattr(inplace, "disk_full", lambda path: True)
+    # with its source saved, this entry is large enough for a value file beside the database
+    kjit.compile(saxpy_src + "\n//" + "x" * 60000 + "\n", arch="sm_90")
+    entries_dir = core.current().path / "entries"
+    assert any(entries_dir.rglob("*.val"))
+    keys = {r["key"] for r in jrun("ls")}
+    assert jrun("prune", "--older-than", "1d")["removed"] == 0
+    oldest = jrun("ls", "--sort", "last_used", "--reverse")[0]["key"]
+    one = jrun("prune", "--max-size", str(core.current().disk.volume() - 1))
+    assert one["keys"] == [oldest] and one["entries_left"] == 2
+    r = jrun("prune", "--max-size", "1")
+    assert r["removed"] == 2 and r["entries_left"] == 0 and set(r["keys"]) == keys - {oldest}
+    assert jrun("ls") == [] and jrun("verify")["corrupt"] == []
+    assert not any(entries_dir.rglob("*.val"))
+    again = kjit.compile(saxpy_src, arch="sm_90")     # the cache works on afterwards
+    assert not again.cache_hit and kjit.compile(saxpy_src, arch="sm_90").cache_hit

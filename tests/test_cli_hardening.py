@@ -396,7 +396,9 @@ def test_sigint_during_a_command_exits_130(tmp_path, as_json):
     cmd = [sys.executable, "-m", "kjit.cli.main", "compile", str(fifo), "--arch", "sm_90",
            "-o", str(tmp_path / "o.cubin")] + (["--json"] if as_json else [])
     env = dict(os.environ, PYTHONPATH=str(ROOT), KJIT_CACHE_DIR=str(tmp_path / "c"))
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT as a terminal delivers it, even where this test runs with it ignored (a background job)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60   # until it blocks opening the FIFO
         while time.monotonic() < deadline and not _waiting_on(proc.pid, fifo):
@@ -416,7 +418,8 @@ def test_sigint_during_a_command_exits_130(tmp_path, as_json):
 def _waiting_on(pid: int, path: Path) -> bool:
     """Whether the process has `path` open or is blocked in open() on it (Linux /proc)."""
     try:
-        return "fifo" in Path(f"/proc/{pid}/wchan").read_text() or any(
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+        return "fifo" in wchan or "wait_for_partner" in wchan or any(
             os.readlink(f"/proc/{pid}/fd/{fd}") == str(path) for fd in os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return False

@@ -20,6 +20,7 @@ from typing import Iterator
 
 from . import listing
 from .index import _CHUNK, Table, sqlite3
+from .layers import _SCHEMA
 from .store import USAGE_PREFIXES, StoreReads
 from .valuefiles import remove_value_file
 
@@ -48,6 +49,8 @@ class InPlaceStore(StoreReads):
 
     def volume(self) -> int:
         """As diskcache counts it: the database's pages plus the value files' bytes."""
+        if not (self.path / "entries" / "cache.db").is_file():
+            return 0
         con = self._cons[0]
         pages = con.execute("PRAGMA page_count").fetchone()[0] * con.execute("PRAGMA page_size").fetchone()[0]
         row = con.execute("SELECT value FROM Settings WHERE key = 'size'").fetchone()
@@ -81,8 +84,11 @@ class InPlaceStore(StoreReads):
 
 
 def _exclusive(db: Path) -> sqlite3.Connection:
-    if not db.is_file():
-        raise sqlite3.OperationalError(f"{db} does not exist")
+    if not db.is_file():  # nothing written there yet: an empty table answers
+        con = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        con.execute(_SCHEMA)
+        con.execute("CREATE TABLE Settings (key TEXT NOT NULL UNIQUE, value)")
+        return con
     con = sqlite3.connect(str(db), timeout=60, isolation_level=None, check_same_thread=False)
     try:
         # Before the first read: no shared-memory WAL index is made (it would need space).
