@@ -622,3 +622,17 @@ def test_check_settings_accepts_or_names_the_variable(name, value):
             del os.environ[name]
         else:
             os.environ[name] = old
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=20), st.from_regex(r"(sm|compute|gfx)_?\d{0,40}[a-z]{0,3}", fullmatch=True)),
+       st.sampled_from(["cuda", "hip"]))
+def test_an_arch_name_parses_or_says_what_is_accepted(text, backend):
+    """KJIT_ARCH and --arch: a target or InvalidOptionError, nothing else."""
+    from kjit import arch as arch_mod
+    try:
+        a = arch_mod.parse(text, backend)
+    except kjit.InvalidOptionError as exc:
+        assert str(exc)
+    else:
+        assert a.backend == backend and a.name

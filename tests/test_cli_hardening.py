@@ -445,3 +445,19 @@ def test_the_cli_leaves_pythons_warnings_alone_for_library_users(tmp_path, src, 
     monkeypatch.setenv("KJIT_CACHE_DIR", str(tmp_path / "c"))
     assert invoke("compile", src, "--arch", "sm_90", "-o", tmp_path / "a.cubin").exit_code == 0
     assert warnings.showwarning is before
+
+
+def test_bad_settings_on_the_command_line(tmp_path, src, monkeypatch):
+    """KJIT_ARCH (read when no --arch is given and no GPU is visible) and the cache's
+    settings: exit 2, the variable named, for compile and for the cache commands."""
+    import kjit.arch as arch_mod
+    monkeypatch.setattr(arch_mod, "device_arch", lambda ordinal=None: None)
+    monkeypatch.setenv("KJIT_ARCH", "sm_xx")
+    err = json.loads(invoke("compile", src, "--json").stdout)["error"]
+    assert err["type"] == "UsageError" and "$KJIT_ARCH='sm_xx'" in err["message"]
+    monkeypatch.delenv("KJIT_ARCH")
+    monkeypatch.setenv("KJIT_CACHE_MEMORY_SIZE", "12 parsecs")
+    for args in (["cache", "stats"], ["cache", "path"], ["cache", "prune", "--max-size", "1G"]):
+        res = invoke(*args, "--json")
+        assert res.exit_code == 2, (args, res.output)
+        assert "KJIT_CACHE_MEMORY_SIZE='12 parsecs'" in json.loads(res.stdout)["error"]["message"]

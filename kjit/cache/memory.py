@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from ..objectcode import ObjectCode
-
 from .store import DEFAULT_MEMORY, ENV_MEMORY, env_size  # noqa: F401  (re-exported)
+from ..objectcode import ObjectCode
 
 
 class MemoryLayer:
