@@ -145,7 +145,7 @@ def test_name_expressions_need_one_source(tmp_path, lib):
 @pytest.mark.skipif(driver.available(), reason="this machine has a GPU: native resolves")
 def test_native_without_a_gpu_is_a_clear_error(lib, tmp_path):
     r = invoke(*lib_args(lib, tmp_path / "n.fatbin", "--arch", "native"))
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert "--arch native needs a CUDA driver and GPU" in r.output
     assert "--arch sm_80" in r.output and "Traceback" not in r.output
 
@@ -153,7 +153,7 @@ def test_native_without_a_gpu_is_a_clear_error(lib, tmp_path):
 @pytest.mark.skipif(driver.available(), reason="this machine has a GPU: the default resolves")
 def test_no_arch_without_a_gpu_says_how_to_choose(lib, tmp_path):
     r = invoke(*lib_args(lib, tmp_path / "n.fatbin"))
-    assert r.exit_code == 1 and "--arch sm_90" in r.output
+    assert r.exit_code == 2 and "--arch sm_90" in r.output
 
 
 def test_all_is_every_arch_nvrtc_supports(lib, tmp_path):
@@ -177,7 +177,7 @@ def test_families_and_arch_specific_targets(lib, tmp_path):
 @pytest.mark.parametrize("bad", ["sm_35", "sm_61"])
 def test_an_arch_nvrtc_cannot_target_lists_the_supported_ones(lib, tmp_path, bad):
     r = invoke(*lib_args(lib, tmp_path / "x.fatbin", "--arch", f"sm_90,{bad}"))
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert bad in r.output and "supports" in r.output
     for n in nvrtc_supported():
         assert f"sm_{n}" in r.output
@@ -186,7 +186,7 @@ def test_an_arch_nvrtc_cannot_target_lists_the_supported_ones(lib, tmp_path, bad
 
 def test_a_misspelt_arch_says_what_is_accepted(lib, tmp_path):
     r = invoke(*lib_args(lib, tmp_path / "x.fatbin", "--arch", "hopper"))
-    assert r.exit_code == 1 and "sm_XY" in r.output
+    assert r.exit_code == 2 and "sm_XY" in r.output
 
 
 def test_rebuild_with_nothing_changed_reuses_the_cache_quickly(lib, tmp_path):

@@ -85,13 +85,13 @@ def test_clear(filled):
 
 
 def test_prune(filled):
-    assert "needs" in run("prune", code=1).output
+    assert "needs" in run("prune", code=2).output
     assert jrun("prune", "--older-than", "1d")["removed"] == 0
     r = jrun("prune", "--max-size", "0")
     assert r["removed"] == 2 and jrun("ls") == []
     assert "removed 0 entries" in run("prune", "--older-than", "1h").output
-    assert "duration" in run("prune", "--older-than", "soon", code=1).output
-    assert "size" in run("prune", "--max-size", "huge", code=1).output
+    assert "duration" in run("prune", "--older-than", "soon", code=2).output
+    assert "size" in run("prune", "--max-size", "huge", code=2).output
 
 
 def test_verify(filled):
@@ -134,3 +134,83 @@ def test_ls_text_shows_a_first_page(monkeypatch):
     assert len(text.splitlines()) == 1 + 3 + 1 and "--limit 0 lists every entry" in text
     assert len(run("ls", "--limit", "0").output.splitlines()) == 1 + 5
     assert len(jrun("ls")) == 5 and len(jrun("ls", "--limit", "2")) == 2
+
+
+# --- prune on a full disk ------------------------------------------------------------------------
+FULL_DISK = r'''
+set -e
+mount -t tmpfs -o size=2m kjit-test "$MNT"
+export KJIT_CACHE_DIR="$MNT/cache"
+for i in 1 2 3 4 5 6; do
+  "$PY" -m kjit.cli.main compile "$SRC" --arch sm_90 -D N=$i -o "$MNT/o.cubin" >/dev/null
+done
+rm "$MNT/o.cubin"
+dd if=/dev/zero of="$MNT/filler" bs=4k 2>/dev/null || true
+echo "free=$(df -k "$MNT" | tail -1 | awk '{print $4}')"
+set +e
+"$PY" -m kjit.cli.main cache prune --older-than 1h --json > "$OUT/old.json"; echo "rc_old=$?"
+"$PY" -m kjit.cli.main cache prune --max-size 40K --json > "$OUT/size.json"; echo "rc_size=$?"
+rm "$MNT/filler"
+"$PY" -m kjit.cli.main cache verify --json > "$OUT/verify.json"; echo "rc_verify=$?"
+"$PY" -m kjit.cli.main cache ls --json > "$OUT/ls.json"; echo "rc_ls=$?"
+'''
+
+
+def test_prune_works_on_a_full_disk(tmp_path):
+    """A real 2 MB filesystem (tmpfs in a private mount namespace), filled to the last
+    block: prune must still free space, and leave a cache that verifies."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    if not shutil.which("unshare"):
+        pytest.skip("no unshare: cannot mount a small filesystem")
+    mnt, out = tmp_path / "mnt", tmp_path / "out"
+    mnt.mkdir()
+    out.mkdir()
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" __global__ void k(float* y) { y[0] = N; }\n')
+    root = str(Path(kjit.__file__).resolve().parents[1])
+    env = dict(os.environ, MNT=str(mnt), OUT=str(out), SRC=str(src), PY=sys.executable,
+               PYTHONPATH=root)
+    cmd = ["unshare", "-m", "sh", "-c", FULL_DISK] if os.geteuid() == 0 else \
+          ["unshare", "-r", "-m", "sh", "-c", FULL_DISK]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if "free=" not in res.stdout:
+        pytest.skip(f"cannot mount a small tmpfs here: {res.stderr.strip()[-300:]}")
+    lines = dict(line.split("=", 1) for line in res.stdout.split())
+    assert lines["free"] == "0", res.stdout
+    assert lines["rc_old"] == "0", res.stderr
+    assert json.loads((out / "old.json").read_text())["removed"] == 0   # all are new
+    assert lines["rc_size"] == "0", res.stderr
+    pruned = json.loads((out / "size.json").read_text())
+    assert pruned["removed"] >= 1 and pruned["disk_bytes"] <= 40 * 1024
+    assert pruned["entries_left"] == 6 - pruned["removed"]
+    assert lines["rc_verify"] == "0", res.stderr
+    verified = json.loads((out / "verify.json").read_text())
+    assert verified["ok"] == pruned["entries_left"] and not verified["corrupt"]
+    left = {r["key"] for r in json.loads((out / "ls.json").read_text())}
+    assert left and not left & set(pruned["keys"])
+
+
+def test_the_in_place_prune_keeps_the_rest_intact(filled, monkeypatch, saxpy_src):
+    """The path a full disk takes, on any machine: same choices, same report, a cache
+    that verifies and still serves what it kept."""
+    from kjit.cache import inplace
+    monkeypatch.setattr(inplace, "disk_full", lambda path: True)
+    # with its source saved, this entry is large enough for a value file beside the database
+    kjit.compile(saxpy_src + "\n//" + "x" * 60000 + "\n", arch="sm_90")
+    entries_dir = core.current().path / "entries"
+    assert any(entries_dir.rglob("*.val"))
+    keys = {r["key"] for r in jrun("ls")}
+    assert jrun("prune", "--older-than", "1d")["removed"] == 0
+    oldest = jrun("ls", "--sort", "last_used", "--reverse")[0]["key"]
+    one = jrun("prune", "--max-size", str(core.current().disk.volume() - 1))
+    assert one["keys"] == [oldest] and one["entries_left"] == 2
+    r = jrun("prune", "--max-size", "1")
+    assert r["removed"] == 2 and r["entries_left"] == 0 and set(r["keys"]) == keys - {oldest}
+    assert jrun("ls") == [] and jrun("verify")["corrupt"] == []
+    assert not any(entries_dir.rglob("*.val"))
+    again = kjit.compile(saxpy_src, arch="sm_90")     # the cache works on afterwards
+    assert not again.cache_hit and kjit.compile(saxpy_src, arch="sm_90").cache_hit

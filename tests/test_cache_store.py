@@ -529,3 +529,110 @@ def test_cache_commands_on_a_read_only_cache(tmp_path, monkeypatch):
         pytest.skip(f"cannot make a read-only mount here: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "True", "1", "1", "refused"], out.stderr
+
+
+# --- local settings: a bad value is one clear error, on a hit and on a miss ----------------------
+from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+
+from kjit.cache.store import SettingError, check_settings, parse_duration, parse_size  # noqa: E402
+
+SETTING_SRC = 'extern "C" __global__ void k(float* y){ y[0] = 1; }'
+
+
+@pytest.mark.parametrize("name, value", [
+    ("KJIT_CACHE_SIZE", "abc"), ("KJIT_CACHE_SIZE", "-1G"), ("KJIT_CACHE_SIZE", "9" * 400),
+    ("KJIT_CACHE_MEMORY_SIZE", "lots"), ("KJIT_CACHE", "disable"),
+    ("KJIT_CACHE_SAVE_SOURCE", "please"), ("KJIT_HEADER_WATCH", "2"),
+])
+def test_a_bad_setting_fails_the_hit_and_the_miss_alike(monkeypatch, name, value):
+    kjit.compile(SETTING_SRC, arch="sm_90")        # in the cache, with good settings
+    monkeypatch.setattr(core, "_caches", {})      # as a fresh process sees it
+    monkeypatch.setenv(name, value)
+    for src in (SETTING_SRC, SETTING_SRC + "\n// a miss"):
+        with pytest.raises(SettingError) as info:
+            kjit.compile(src, arch="sm_90")
+        assert f"{name}={value!r}" in str(info.value)
+        monkeypatch.setattr(core, "_caches", {})
+
+
+@pytest.mark.parametrize("name, value", [
+    ("KJIT_CACHE_SIZE", " 2G "), ("KJIT_CACHE_SIZE", "512MiB"), ("KJIT_CACHE_MEMORY_SIZE", "0"),
+    ("KJIT_CACHE_SAVE_SOURCE", "TRUE"), ("KJIT_HEADER_WATCH", "Off"), ("KJIT_CACHE_SIZE", ""),
+])
+def test_good_settings_are_accepted(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    check_settings()
+    assert kjit.compile(SETTING_SRC, arch="sm_90").code
+
+
+def test_save_source_switch_ignores_case(monkeypatch):
+    monkeypatch.setenv("KJIT_CACHE_SAVE_SOURCE", "TRUE")
+    kjit.compile(SETTING_SRC, arch="sm_90")
+    assert cache.show(cache.ls()[0]["key"])["source"] == SETTING_SRC
+
+
+def test_a_cache_dir_that_is_a_file_says_so(tmp_path, monkeypatch):
+    f = tmp_path / "afile"
+    f.write_text("")
+    monkeypatch.setenv("KJIT_CACHE_DIR", str(f))
+    with pytest.warns(CacheWarning, match="is not a directory"):
+        assert kjit.compile(SETTING_SRC, arch="sm_90").code
+    with pytest.raises(kjit.KjitError, match="is not a directory"):
+        cache.ls()
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=40),
+                 st.from_regex(r"\s*\d{1,400}(\.\d{0,30})?\s*[kKmMgGtTiIbB]{0,3}\s*", fullmatch=True)))
+def test_parse_size_gives_a_size_or_a_clear_value_error(text):
+    try:
+        n = parse_size(text)
+    except ValueError as exc:
+        assert "size" in str(exc)
+    else:
+        assert isinstance(n, int) and 0 <= n <= 1 << 62
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=40),
+                 st.from_regex(r"\s*\d{1,400}(\.\d{0,30})?\s*(ms|[smhdwSMHDW])?\s*", fullmatch=True)))
+def test_parse_duration_gives_a_finite_duration_or_a_clear_value_error(text):
+    try:
+        s = parse_duration(text)
+    except ValueError as exc:
+        assert "duration" in str(exc)
+    else:
+        assert 0 <= s < float("inf")
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.sampled_from(["KJIT_CACHE_SIZE", "KJIT_CACHE_MEMORY_SIZE", "KJIT_CACHE",
+                        "KJIT_CACHE_SAVE_SOURCE", "KJIT_HEADER_WATCH"]),
+       st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"),
+               max_size=30))
+def test_check_settings_accepts_or_names_the_variable(name, value):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        check_settings()
+    except SettingError as exc:
+        assert str(exc).startswith(f"{name}=")
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=20), st.from_regex(r"(sm|compute|gfx)_?\d{0,40}[a-z]{0,3}", fullmatch=True)),
+       st.sampled_from(["cuda", "hip"]))
+def test_an_arch_name_parses_or_says_what_is_accepted(text, backend):
+    """KJIT_ARCH and --arch: a target or InvalidOptionError, nothing else."""
+    from kjit import arch as arch_mod
+    try:
+        a = arch_mod.parse(text, backend)
+    except kjit.InvalidOptionError as exc:
+        assert str(exc)
+    else:
+        assert a.backend == backend and a.name

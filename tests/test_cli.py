@@ -104,26 +104,26 @@ def test_compile_error_exits_1_with_the_log_and_no_traceback(work):
     assert not (work / "bad.cubin").exists()
 
 
-def test_bad_arch_exits_1_listing_supported(work):
+def test_bad_arch_is_a_usage_error_listing_supported(work):
     result = run("compile", "saxpy.cu", "--arch", "sm_91")
-    assert result.exit_code == 1 and "sm_91" in result.output and "sm_90" in result.output
+    assert result.exit_code == 2 and "sm_91" in result.output and "sm_90" in result.output
     assert "Traceback" not in result.output
 
 
 def test_no_arch_without_gpu_says_how_to_pass_one(work, monkeypatch):
     monkeypatch.setattr(arch_mod, "device_arch", lambda ordinal=None: None)
     result = run("compile", "saxpy.cu")
-    assert result.exit_code == 1 and "--arch sm_90" in result.output
+    assert result.exit_code == 2 and "--arch sm_90" in result.output
     result = run("compile", "saxpy.cu", "--json", env={"KJIT_ARCH": "sm_89"})
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["arch"] == "sm_89"
 
 
-def test_bad_options_exit_1(work):
+def test_bad_option_values_are_usage_errors(work):
     result = run("compile", "saxpy.cu", "--arch", "sm_90", "-D", "9LIVES")
-    assert result.exit_code == 1 and "9LIVES" in result.output
+    assert result.exit_code == 2 and "9LIVES" in result.output
     result = run("compile", "saxpy.cu", "--arch", "sm_90", "-I", "no/such/dir")
-    assert result.exit_code == 1 and "no/such/dir" in result.output
+    assert result.exit_code == 2 and "no/such/dir" in result.output
     result = run("compile", "missing.cu", "--arch", "sm_90")
     assert result.exit_code == 2 and "missing.cu" in result.output
 

@@ -286,3 +286,178 @@ def test_an_internal_error_is_reported_with_exit_70(monkeypatch):
     err = json_error(res)
     assert err["type"] == "InternalError" and "RuntimeError: a bug" in err["message"]
     assert "Traceback" in res.stderr
+
+
+# --- the contract: usage 2, failure 1, internal 70, interrupt 130, one JSON object --------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args, env=None, **kw):
+    """The real `kjit` in a fresh process (`python -m kjit.cli.main`)."""
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    return subprocess.run([sys.executable, "-m", "kjit.cli.main", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=300, **kw)
+
+
+def _usage_errors(tmp_path: Path, src: Path) -> dict[str, list]:
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(ELF + b"\0" * 60)
+    return {
+        "compile bad --arch": ["compile", src, "--arch", "sm_xx"],
+        "compile --arch of the other backend": ["compile", src, "--arch", "gfx90a"],
+        "compile bad -D": ["compile", src, "--arch", "sm_90", "-D", "1bad"],
+        "compile bad --max-registers": ["compile", src, "--arch", "sm_90", "--max-registers", "0"],
+        "compile --max-registers not a number": ["compile", src, "--max-registers", "abc"],
+        "compile unknown option": ["compile", src, "--bogus"],
+        "compile missing argument": ["compile"],
+        "compile empty --name-expression": ["compile", src, "--arch", "sm_90", "--name-expression", " "],
+        "build bad --arch": ["build", src, "--arch", "sm_xx"],
+        "build bad --ptx": ["build", src, "--arch", "sm_90", "--ptx", "sm_nope"],
+        "build bad -D": ["build", src, "--arch", "sm_90", "-D", "a b"],
+        "link bad --arch": ["link", cubin, "--arch", "zz"],
+        "link bad -X": ["link", cubin, "--arch", "sm_90", "-X", "no-dash"],
+        "link unknown option": ["link", cubin, "--bogus"],
+        "inspect missing argument": ["inspect"],
+        "info unknown option": ["info", "--bogus"],
+        "cache unknown command": ["cache", "nope"],
+        "cache ls bad --limit": ["cache", "ls", "--limit", "-1"],
+        "cache prune nothing": ["cache", "prune"],
+        "cache prune bad size": ["cache", "prune", "--max-size", "abc"],
+        "cache prune bad age": ["cache", "prune", "--older-than", "1y"],
+        "cache show missing argument": ["cache", "show"],
+    }
+
+
+def test_every_usage_error_exits_2_with_one_usage_error_object(tmp_path, src):
+    for what, args in _usage_errors(tmp_path, src).items():
+        res = invoke(*args, "--json")
+        assert res.exit_code == 2, (what, res.output)
+        err = json.loads(res.stdout)["error"]   # the whole of stdout: one object
+        assert err["type"] == "UsageError" and err["exit_code"] == 2 and err["message"], what
+        text = invoke(*args)
+        assert text.exit_code == 2 and text.stdout == "" and "Traceback" not in text.output, what
+
+
+def test_usage_errors_in_a_real_process(tmp_path, src):
+    """The installed entry point, click's own errors included, not only CliRunner."""
+    for args in (["compile", src, "--arch", "sm_xx"], ["compile", src, "-D", "1bad", "--arch", "sm_90"],
+                 ["compile", src, "--nope"], ["cache", "prune", "--max-size", "lots"]):
+        res = run_cli(*args, "--json", env={"KJIT_CACHE_DIR": str(tmp_path / "c")})
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert json.loads(res.stdout)["error"]["type"] == "UsageError"
+        assert "Traceback" not in res.stderr
+
+
+def test_a_source_kjit_cannot_read_stays_exit_1(tmp_path):
+    """Bad input is not bad usage: a file that is not text fails the command (exit 1)."""
+    bad = tmp_path / "bin.cu"
+    bad.write_bytes(b"\xff\xfe\0\0")
+    assert invoke("compile", bad, "--arch", "sm_90", "--json").exit_code == 1
+
+
+def test_a_bad_setting_is_a_usage_error_on_a_hit_and_on_a_miss(tmp_path, src):
+    env = {"KJIT_CACHE_DIR": str(tmp_path / "c")}
+    assert run_cli("compile", src, "--arch", "sm_90", "-o", tmp_path / "a.cubin", env=env).returncode == 0
+    for extra in ([], ["-D", "MISS=1"]):     # the first is a cache hit, the second a miss
+        res = run_cli("compile", src, "--arch", "sm_90", "-o", tmp_path / "b.cubin", "--json", *extra,
+                      env=dict(env, KJIT_CACHE_SIZE="abc"))
+        assert res.returncode == 2, (extra, res.stdout, res.stderr)
+        err = json.loads(res.stdout)["error"]
+        assert err["type"] == "UsageError" and "KJIT_CACHE_SIZE='abc'" in err["message"]
+        assert "512M" in err["message"] and "Traceback" not in res.stderr
+
+
+def test_interrupt_exits_130_with_one_object_and_no_aborted(monkeypatch, src):
+    import kjit.compiler.api as api
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(api, "compile", interrupted)
+    res = invoke("compile", src, "--arch", "sm_90", "--json")
+    assert res.exit_code == 130
+    assert json.loads(res.stdout)["error"] == {"type": "Interrupted", "message": "interrupted",
+                                               "exit_code": 130}
+    res = invoke("compile", src, "--arch", "sm_90")
+    assert res.exit_code == 130 and "Aborted!" not in res.output and "Traceback" not in res.output
+    assert "interrupted" in res.stderr
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_sigint_during_a_command_exits_130(tmp_path, as_json):
+    """Ctrl-C (SIGINT) while the command waits: here on a source that is a FIFO no one writes."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    fifo = tmp_path / "slow.cu"
+    os.mkfifo(fifo)
+    cmd = [sys.executable, "-m", "kjit.cli.main", "compile", str(fifo), "--arch", "sm_90",
+           "-o", str(tmp_path / "o.cubin")] + (["--json"] if as_json else [])
+    env = dict(os.environ, PYTHONPATH=str(ROOT), KJIT_CACHE_DIR=str(tmp_path / "c"))
+    # SIGINT as a terminal delivers it, even where this test runs with it ignored (a background job)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60   # until it blocks opening the FIFO
+        while time.monotonic() < deadline and not _waiting_on(proc.pid, fifo):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert "Aborted!" not in err and "Traceback" not in err
+    if as_json:
+        assert json.loads(out)["error"]["type"] == "Interrupted"
+    else:
+        assert out == "" and "interrupted" in err
+
+
+def _waiting_on(pid: int, path: Path) -> bool:
+    """Whether the process has `path` open or is blocked in open() on it (Linux /proc)."""
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+        return "fifo" in wchan or "wait_for_partner" in wchan or any(
+            os.readlink(f"/proc/{pid}/fd/{fd}") == str(path) for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
+def test_warnings_read_as_messages_and_join_the_json_object(tmp_path, src):
+    not_a_dir = tmp_path / "afile"
+    not_a_dir.write_text("")
+    env = {"KJIT_CACHE_DIR": str(not_a_dir)}
+    res = run_cli("compile", src, "--arch", "sm_90", "-o", tmp_path / "a.cubin", env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.startswith(f"warning: kjit cache directory {not_a_dir} cannot be used")
+    assert "is not a directory" in res.stderr
+    assert "CacheWarning" not in res.stderr and ".py:" not in res.stderr
+    res = run_cli("compile", src, "--arch", "sm_90", "-o", tmp_path / "a.cubin", "--json", env=env)
+    out = json.loads(res.stdout)
+    assert len(out["warnings"]) == 1 and "is not a directory" in out["warnings"][0]
+
+
+def test_the_cli_leaves_pythons_warnings_alone_for_library_users(tmp_path, src, monkeypatch):
+    import warnings
+    before = warnings.showwarning
+    monkeypatch.setenv("KJIT_CACHE_DIR", str(tmp_path / "c"))
+    assert invoke("compile", src, "--arch", "sm_90", "-o", tmp_path / "a.cubin").exit_code == 0
+    assert warnings.showwarning is before
+
+
+def test_bad_settings_on_the_command_line(tmp_path, src, monkeypatch):
+    """KJIT_ARCH (read when no --arch is given and no GPU is visible) and the cache's
+    settings: exit 2, the variable named, for compile and for the cache commands."""
+    import kjit.arch as arch_mod
+    monkeypatch.setattr(arch_mod, "device_arch", lambda ordinal=None: None)
+    monkeypatch.setenv("KJIT_ARCH", "sm_xx")
+    err = json.loads(invoke("compile", src, "--json").stdout)["error"]
+    assert err["type"] == "UsageError" and "$KJIT_ARCH='sm_xx'" in err["message"]
+    monkeypatch.delenv("KJIT_ARCH")
+    monkeypatch.setenv("KJIT_CACHE_MEMORY_SIZE", "12 parsecs")
+    for args in (["cache", "stats"], ["cache", "path"], ["cache", "prune", "--max-size", "1G"]):
+        res = invoke(*args, "--json")
+        assert res.exit_code == 2, (args, res.output)
+        assert "KJIT_CACHE_MEMORY_SIZE='12 parsecs'" in json.loads(res.stdout)["error"]["message"]

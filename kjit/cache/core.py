@@ -15,7 +15,8 @@ from .entry import CorruptEntry, encode
 from .key import key_hash, sha256
 from .memory import MemoryLayer
 from .layers import open_store
-from .store import ENV_DIR, CacheWarning, DiskStore, Unavailable, cache_dir, cache_dirs
+from .store import (ON, ENV_DIR, CacheWarning, DiskStore, Unavailable, cache_dir, cache_dirs,
+                    check_settings)
 from ..objectcode import ObjectCode
 
 ENV_ENABLE = "KJIT_CACHE"
@@ -27,6 +28,7 @@ class Cache:
     """One cache directory as this process sees it: memory layer + disk store."""
 
     def __init__(self, path: Path, dirs: list[Path] | None = None):
+        check_settings()  # a bad KJIT_CACHE_* is an error on a hit and on a miss alike
         # DiskStore, or layers.Layered when a listed directory is read-only
         self.disk: DiskStore | None = open_store(dirs or [path])
         self.path = self.disk.path  # where new results go
@@ -270,7 +272,7 @@ def _entry_meta(obj: ObjectCode, namespace: str, label: str, meta: Any, create_s
     }
     if source is not None:
         out["source_sha256"] = sha256(source)
-        if os.environ.get(ENV_SAVE_SOURCE, "") in ("1", "true", "yes", "on"):
+        if os.environ.get(ENV_SAVE_SOURCE, "").strip().lower() in ON:
             out["source"] = source
     out.update(extra)
     return out

@@ -1,20 +1,16 @@
 """The in-process layer: recently used ObjectCodes by key, bounded in bytes, LRU."""
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 
+from .store import DEFAULT_MEMORY, ENV_MEMORY, env_size  # noqa: F401  (re-exported)
 from ..objectcode import ObjectCode
-
-ENV_MEMORY = "KJIT_CACHE_MEMORY_SIZE"
-DEFAULT_MEMORY = 256 << 20
 
 
 class MemoryLayer:
     def __init__(self, limit: int | None = None):
         if limit is None:
-            from .store import parse_size
-            limit = parse_size(os.environ.get(ENV_MEMORY) or DEFAULT_MEMORY)
+            limit = env_size(ENV_MEMORY, DEFAULT_MEMORY)
         self.limit = limit
         self._items: OrderedDict[str, ObjectCode] = OrderedDict()
         self._bytes = 0

@@ -10,10 +10,11 @@ from typing import Any
 import diskcache
 
 from . import entry as entry_mod
-from . import listing, trust
+from . import inplace, listing, trust
 from .core import current
 from .layers import open_store
-from .store import Unavailable, cache_dirs, parse_duration, parse_size
+from .index import delete_rows
+from .store import USAGE_PREFIXES, Unavailable, cache_dirs, parse_duration, parse_size
 from ..errors import InvalidOptionError, KjitError
 
 SORT_FIELDS = ("created", "last_used", "size", "hits", "name", "arch", "kind")
@@ -165,9 +166,9 @@ def parse_age(text: str | float) -> float:
         raise InvalidOptionError(f"age {exc}") from None
 
 
-def prune(*, max_size: str | int | None = None, older_than: str | float | None = None) -> dict[str, Any]:
-    """Drop entries not used for `older_than`, then least-recently-used ones until the
-    cache's disk bytes (as KJIT_CACHE_SIZE counts them) fit in `max_size`."""
+def prune_limits(max_size: str | int | None = None,
+                 older_than: str | float | None = None) -> tuple[int | None, float | None]:
+    """(size limit in bytes, cutoff time) for prune; InvalidOptionError for bad values."""
     if max_size is None and older_than is None:
         raise InvalidOptionError("prune needs --max-size and/or --older-than")
     limit = None
@@ -176,9 +177,35 @@ def prune(*, max_size: str | int | None = None, older_than: str | float | None =
             limit = parse_size(max_size)
         except ValueError as exc:
             raise InvalidOptionError(str(exc)) from None
-    cutoff = None if older_than is None else time.time() - parse_age(older_than)
+    return limit, None if older_than is None else time.time() - parse_age(older_than)
+
+
+def prune(*, max_size: str | int | None = None, older_than: str | float | None = None) -> dict[str, Any]:
+    """Drop entries not used for `older_than`, then least-recently-used ones until the
+    cache's disk bytes (as KJIT_CACHE_SIZE counts them) fit in `max_size`. Works on a full
+    disk too (kjit.cache.inplace): that is when it is needed."""
+    limit, cutoff = prune_limits(max_size, older_than)
     c = current()
-    disk = _writable(_disk(), "prune")
+    store = _writable(_store(c), "prune")
+    if inplace.disk_full(store.path):
+        report = _prune_in_place(store, limit, cutoff)
+    else:
+        try:
+            _open(store)
+            c.flush_hits()
+            report = _prune(store, limit, cutoff)
+        except (KjitError, OSError, sqlite3.Error, diskcache.Timeout) as exc:
+            if not inplace.disk_full(store.path):
+                if isinstance(exc, KjitError):
+                    raise
+                raise KjitError(f"the kjit cache at {store.path} could not be pruned: {exc}") from None
+            report = _prune_in_place(store, limit, cutoff)
+    for k in report["keys"]:
+        c.memory.discard(k)
+    return report
+
+
+def _prune(disk: Any, limit: int | None, cutoff: float | None) -> dict[str, Any]:
     entries, usage = disk.tables()
     keys = entries.keys()
     sizes = listing.code_sizes(disk, keys)[0]
@@ -188,14 +215,29 @@ def prune(*, max_size: str | int | None = None, older_than: str | float | None =
         # an entry never used since it was made has no "used:" row: its creation time counts
         created = usage.json_numbers("meta:", "created") if len(used) < len(keys) else {}
         removed = [k for k in keys if (used.get(k) or created.get(k) or 0) < cutoff]
-        disk.delete_many(removed)
+        _delete(disk, removed)
     if limit is not None:
         removed += disk.evict_lru(limit)
-    for k in removed:
-        c.memory.discard(k)
     disk.forget_orphans()
     return {"removed": len(removed), "bytes_freed": int(sum(sizes.get(k, 0) for k in removed)),
             "keys": removed, "entries_left": len(keys) - len(removed), "disk_bytes": disk.volume()}
+
+
+def _delete(disk: Any, keys: list[str]) -> None:
+    """delete_many that fails loudly (it is best effort elsewhere): a prune that could not
+    delete must not report the entries as removed."""
+    if keys:
+        delete_rows(disk.entries, keys=keys)
+        delete_rows(disk.usage, keys=[p + k for k in keys for p in USAGE_PREFIXES])
+
+
+def _prune_in_place(store: Any, limit: int | None, cutoff: float | None) -> dict[str, Any]:
+    store.close()   # diskcache's connections would hold locks the exclusive ones wait for
+    try:
+        return inplace.prune(store.path, limit, cutoff)
+    except (OSError, sqlite3.Error) as exc:
+        raise KjitError(f"the kjit cache at {store.path} is on a full disk and could not be "
+                        f"pruned in place ({exc}); `kjit cache clear` removes it whole") from None
 
 
 def verify() -> dict[str, Any]:

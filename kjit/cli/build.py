@@ -8,7 +8,8 @@ import click
 
 from ..build import COMPRESS_CHOICES, run_build
 from ..errors import KjitError
-from .common import compile_flags, compile_options_from_cli, emit, fail, human_size, json_option
+from .common import (check_build_archs, compile_flags, compile_options_from_cli, emit, fail,
+                     human_size, json_option)
 
 
 def _text(d: dict[str, Any]) -> str:
@@ -72,10 +73,11 @@ def build_cmd(sources, output, archs, ptx_archs, no_ptx, link_files, lto, name_e
 
     from . import output as output_mod
     output_mod.check(output, [*sources, *link_files], as_json)
+    opts = compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
+                                    max_registers, relocatable, extra, no_toolkit_headers, no_std_headers,
+                                    no_nvcc_prelude)
+    check_build_archs(archs, ptx_archs, no_ptx, backend)
     try:
-        opts = compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
-                                        max_registers, relocatable, extra, no_toolkit_headers, no_std_headers,
-                                        no_nvcc_prelude)
         result = run_build(sources, output=output, archs=archs, ptx=ptx_archs, no_ptx=no_ptx,
                            options=opts, link=link_files, lto=lto,
                            name_expressions=name_expressions, backend=backend, jobs=jobs,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from . import cache_remote
-from .common import emit, fail, json_option
+from .common import emit, fail, json_option, usage_errors
 from .common import human_size as _size, timestamp as _when
 from ..errors import KjitError
 
@@ -159,7 +159,10 @@ def clear_cmd(yes: bool, remote: bool, as_json: bool) -> None:
 @click.option("--older-than", help="Remove entries not used for this long (e.g. 30d, 12h).")
 @json_option
 def prune_cmd(max_size, older_than, as_json: bool) -> None:
-    """Remove old entries and/or shrink the cache to a size."""
+    """Remove old entries and/or shrink the cache to a size (on a full disk too)."""
+    with usage_errors():
+        from ..cache.ops import prune_limits
+        prune_limits(max_size, older_than)
     try:
         r = _api().prune(max_size=max_size, older_than=older_than)
     except KjitError as exc:

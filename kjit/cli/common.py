@@ -1,20 +1,34 @@
 """Options and helpers shared by the subcommands."""
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import click
 
-from ..errors import KjitError
+from ..errors import InvalidOptionError, KjitError
+from .failures import CommandFailed, warnings_seen
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+
+@contextlib.contextmanager
+def usage_errors() -> Iterator[None]:
+    """An InvalidOptionError raised while checking the command line's values (before any
+    input is read) is a usage error: exit 2, "UsageError" in --json."""
+    try:
+        yield
+    except InvalidOptionError as exc:
+        raise click.UsageError(str(exc), click.get_current_context(silent=True)) from None
 
 
 def emit(data: Any, as_json: bool, text: Callable[[Any], str], *, err: bool = False) -> None:
     """Print `data` as JSON or as the text `text(data)` renders (on stderr with err=True,
-    when the command's output bytes go to stdout)."""
+    when the command's output bytes go to stdout). With --json, an object gains the
+    command's warnings as "warnings" (a list; also on stderr)."""
     if as_json:
+        if isinstance(data, dict) and warnings_seen():
+            data = {**data, "warnings": warnings_seen()}
         click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
     else:
         click.echo(text(data), err=err)
@@ -41,19 +55,52 @@ def human_size(n) -> str:
 def fail(exc: KjitError) -> "click.ClickException":
     """A KjitError as a click error: a message (or --json error object) and exit code 1,
     no traceback; the error's type is kept for --json."""
-    from .failures import CommandFailed
     return CommandFailed(exc)
 
 
 def compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
                              max_registers, relocatable, extra, no_toolkit_headers=False,
                              no_std_headers=False, no_nvcc_prelude=False):
+    """CompileOptions from the command line; a bad value (-D, --max-registers, -X) is a
+    usage error."""
     from ..compiler.options import CompileOptions
-    return CompileOptions(std=std, defines=list(defines), include_dirs=list(include_dirs),
-                          fast_math=fast_math, line_info=line_info, debug=debug,
-                          max_registers=max_registers, relocatable=relocatable,
-                          extra=list(extra), toolkit_headers=not no_toolkit_headers,
-                          std_headers=not no_std_headers, nvcc_prelude=not no_nvcc_prelude)
+    with usage_errors():
+        return CompileOptions(std=std, defines=list(defines), include_dirs=list(include_dirs),
+                              fast_math=fast_math, line_info=line_info, debug=debug,
+                              max_registers=max_registers, relocatable=relocatable,
+                              extra=list(extra), toolkit_headers=not no_toolkit_headers,
+                              std_headers=not no_std_headers,
+                              nvcc_prelude=not no_nvcc_prelude)
+
+
+def check_build_archs(archs, ptx_archs, no_ptx, backend) -> None:
+    """`kjit build`'s --arch / --ptx / --no-ptx as kjit.build reads them, as usage errors."""
+    from ..build import resolve_archs, resolve_ptx
+    with usage_errors():
+        arch_list = resolve_archs(archs, backend)
+        if backend != "hip":
+            resolve_ptx(arch_list, list(ptx_archs) + [a for a in arch_list if a.startswith("compute_")],
+                        no_ptx)
+
+
+def check_link_arch(arch) -> None:
+    """`kjit link --arch`: a CUDA architecture, as a usage error."""
+    if arch is None:
+        return
+    from .. import arch as arch_mod
+    with usage_errors():
+        if arch_mod.parse(arch).backend != "cuda":
+            raise InvalidOptionError(f"--arch {arch!r} is not a CUDA architecture: kjit link makes cubins")
+
+
+def check_compile_request(arch, target, backend, options, name_expressions=()) -> None:
+    """Everything kjit.compile checks of its arguments but the source (--arch, --emit,
+    --backend, the options, name expressions; no --arch and no GPU), as usage errors,
+    before any input is read."""
+    from ..compiler.request import make_request
+    with usage_errors():
+        make_request("", arch=arch, target=target, options=options, backend=backend,
+                     name_expressions=name_expressions)
 
 
 def compile_flags(fn: Callable) -> Callable:

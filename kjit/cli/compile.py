@@ -6,7 +6,8 @@ from pathlib import Path
 import click
 
 from ..errors import KjitError
-from .common import compile_flags, compile_options_from_cli, emit, fail, json_option
+from .common import (check_compile_request, compile_flags, compile_options_from_cli, emit, fail,
+                     json_option)
 
 
 # A relocatable cubin (kind "object", from --relocatable) is still a .cubin file.
@@ -36,10 +37,11 @@ def compile_cmd(source, arch, target, backend, output, name_expressions, no_cach
     from . import output as output_mod
     src_path = Path(source)
     output_mod.check(output, [source], as_json)
+    opts = compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
+                                    max_registers, relocatable, extra, no_toolkit_headers, no_std_headers,
+                                    no_nvcc_prelude)
+    check_compile_request(arch, target, backend, opts, name_expressions)
     try:
-        opts = compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
-                                        max_registers, relocatable, extra, no_toolkit_headers, no_std_headers,
-                                        no_nvcc_prelude)
         obj = kjit_compile(source_text.read(src_path), arch=arch, target=target, options=opts,
                            name_expressions=name_expressions, backend=backend,
                            name=source_name(source), cache=not no_cache)

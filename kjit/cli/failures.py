@@ -2,17 +2,19 @@
 
 Without --json: a message on stderr. With --json: one JSON object on stdout,
 {"error": {"type": ..., "message": ..., "exit_code": ...}} (plus the compiler's or
-linker's log where there is one), so a script can parse every outcome. Exit codes:
-0 success, 1 the command failed (bad input, compile or link error, cache problem),
-2 the command line is wrong, 70 an internal error in kjit (with a traceback on stderr),
-130 interrupted.
+linker's log where there is one, and the warnings), so a script can parse every outcome.
+Exit codes: 0 success, 1 the command failed (bad input, compile or link error, cache
+problem), 2 the command line or a KJIT_* setting is wrong (type "UsageError" whatever click
+called it), 70 an internal error in kjit (with a traceback on stderr), 130 interrupted.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import traceback
-from typing import Any, Sequence
+import warnings
+from typing import Any, Iterator, Sequence
 
 import click
 
@@ -27,6 +29,30 @@ class CommandFailed(click.ClickException):
     def __init__(self, original: BaseException, message: str | None = None):
         super().__init__(message if message is not None else str(original))
         self.original = original
+
+
+_seen: list[str] = []   # this command's warnings, for its --json object
+
+
+def warnings_seen() -> list[str]:
+    return list(_seen)
+
+
+@contextlib.contextmanager
+def warnings_as_messages() -> Iterator[None]:
+    """While a command runs, a warning is `warning: <message>` on stderr, not Python's
+    `file:line: Category: message` (which names kjit's source, not the user's problem).
+    The messages are kept for the --json object. Library users keep Python's warnings."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = str(message)
+        _seen.append(text)
+        with contextlib.suppress(OSError):
+            click.echo(f"warning: {text}", err=True)
+
+    _seen.clear()
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def wants_json(args: Sequence[str]) -> bool:
@@ -47,8 +73,10 @@ def describe(exc: BaseException) -> tuple[str, str, int, dict[str, Any]]:
         value = getattr(original, name, None)
         if isinstance(value, str) and value.strip():
             extra[name] = value
-    if isinstance(exc, click.UsageError):
-        return type(exc).__name__, exc.format_message(), EXIT_USAGE, extra
+    if isinstance(exc, click.UsageError):  # BadParameter, NoSuchOption, MissingParameter...
+        return "UsageError", exc.format_message(), EXIT_USAGE, extra
+    if isinstance(original, KjitError) and _bad_setting(original):  # KJIT_CACHE_SIZE=abc
+        return "UsageError", str(original), EXIT_USAGE, extra
     if isinstance(exc, click.ClickException):
         return type(original).__name__, exc.format_message(), exc.exit_code, extra
     if isinstance(exc, KjitError):
@@ -59,6 +87,11 @@ def describe(exc: BaseException) -> tuple[str, str, int, dict[str, Any]]:
     return "InternalError", f"{type(exc).__name__}: {exc}", EXIT_INTERNAL, extra
 
 
+def _bad_setting(exc: KjitError) -> bool:
+    from ..cache.store import SettingError
+    return isinstance(exc, SettingError)
+
+
 def report(exc: BaseException, as_json: bool) -> int:
     """Tell the user (or the script) about `exc`; returns the exit code."""
     kind, message, code, extra = describe(exc)
@@ -67,11 +100,20 @@ def report(exc: BaseException, as_json: bool) -> int:
         message += " (an internal error in kjit: please report it with the traceback above)"
     if as_json:
         error = {"type": kind, "message": message, "exit_code": code, **extra}
-        click.echo(json.dumps({"error": error}, indent=2, sort_keys=True, default=str))
+        out: dict[str, Any] = {"error": error}
+        if warnings_seen():
+            out["warnings"] = warnings_seen()
+        _echo(json.dumps(out, indent=2, sort_keys=True, default=str))
     elif isinstance(exc, click.ClickException) and not isinstance(exc, CommandFailed):
         exc.show()
-    elif kind == "Interrupted":
-        click.echo("Aborted!", err=True)
-    else:
-        click.echo(f"error: {message}", err=True)
+    else:  # an interrupt too: one line, no "Aborted!", no traceback
+        _echo(f"error: {message}", err=True)
     return code
+
+
+def _echo(text: str, err: bool = False) -> None:
+    """Print the last word of a failed command; a closed pipe cannot turn it into a traceback."""
+    try:
+        click.echo(text, err=err)
+    except OSError:
+        pass

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..errors import KjitError
-from .common import emit, fail, json_option
+from .common import check_link_arch, emit, fail, json_option, usage_errors
 
 DEFAULT_OUTPUT = "linked.cubin"
 
@@ -34,10 +34,12 @@ def link_cmd(inputs, arch, backend, lto, output, max_registers, optimization_lev
     from . import output as output_mod
     out = output or DEFAULT_OUTPUT
     output_mod.check(out, inputs, as_json)
-    try:
+    with usage_errors():
         options = LinkOptions(max_registers=max_registers, optimization_level=optimization_level,
                               line_info=line_info, debug=debug, verbose=verbose,
                               fast_math=fast_math, device_runtime=device_runtime, extra=list(extra))
+    check_link_arch(arch)
+    try:
         res = link(list(inputs), arch=arch, backend=backend, lto=lto, options=options,
                    cache=not no_cache)
         written = output_mod.write(res.object, out)

@@ -36,14 +36,19 @@ class LazyGroup(click.Group):
         """click's main, with every failure reported the one kjit way (cli/failures.py):
         a message, or with --json one JSON object on stdout, and a documented exit code."""
         args = list(sys.argv[1:] if args is None else args)
-        try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except SystemExit:
-            raise
-        except BaseException as exc:  # every way out is reported: none is a bare traceback
-            if not standalone_mode:
+        with failures.warnings_as_messages():
+            try:
+                rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            except SystemExit:
                 raise
-            sys.exit(failures.report(exc, failures.wants_json(args)))
+            except BaseException as exc:  # every way out is reported: none is a bare traceback
+                if not standalone_mode:
+                    raise
+                code = failures.report(exc, failures.wants_json(args))
+            else:
+                code = None
+        if code is not None:
+            sys.exit(code)
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)  # an int is click's Exit code (--help)

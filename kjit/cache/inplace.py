@@ -1,0 +1,147 @@
+"""Removing entries from a cache on a full disk, where diskcache cannot even open it.
+
+SQLite in WAL mode needs new space to open a database (its `-shm` index) and to change
+it (the `-wal` log), so on a full disk `kjit cache prune` would fail exactly when it is
+needed. Here each database is opened with an exclusive lock (the WAL index then lives in
+this process's memory) and a rollback journal in memory, so deleting rows rewrites pages
+in place and needs no new space; diskcache's auto-vacuum then gives the freed pages back
+to the filesystem. The victims' value files are deleted first: that frees space without
+any write. diskcache switches the databases back to WAL when it next opens them.
+
+The price of a journal in memory: a crash in the middle of the commit can leave a
+database damaged; `kjit cache clear` resets one. kjit takes this path only when the disk
+has no room for the safe one.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+from . import listing
+from .index import _CHUNK, Table, sqlite3
+from .layers import _SCHEMA
+from .store import USAGE_PREFIXES, StoreReads
+from .valuefiles import remove_value_file
+
+LOW_SPACE = 1 << 20   # below this much free space, prune takes the in-place path
+
+
+def disk_full(path: Path) -> bool:
+    """Whether the filesystem holding `path` has (almost) no room left for this user."""
+    try:
+        return shutil.disk_usage(path).free < LOW_SPACE
+    except OSError:
+        return False
+
+
+class InPlaceStore(StoreReads):
+    """Both databases of one cache directory, opened for deleting without new space."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._cons = [_exclusive(path / name / "cache.db") for name in ("entries", "usage")]
+        self._tables = tuple(Table(c.execute, path / name)
+                             for c, name in zip(self._cons, ("entries", "usage")))
+
+    def tables(self) -> tuple[Table, Table]:
+        return self._tables  # type: ignore[return-value]
+
+    def volume(self) -> int:
+        """As diskcache counts it: the database's pages plus the value files' bytes."""
+        if not (self.path / "entries" / "cache.db").is_file():
+            return 0
+        con = self._cons[0]
+        pages = con.execute("PRAGMA page_count").fetchone()[0] * con.execute("PRAGMA page_size").fetchone()[0]
+        row = con.execute("SELECT value FROM Settings WHERE key = 'size'").fetchone()
+        return int(pages + (row[0] if row and isinstance(row[0], int) else 0))
+
+    def delete_many(self, keys: list[str]) -> None:
+        """Value files first (room without a write), then the rows, one transaction each."""
+        for con, names in ((self._cons[0], keys),
+                           (self._cons[1], [p + k for k in keys for p in USAGE_PREFIXES])):
+            rows = list(_rows(con, names))
+            directory = str(self.path / ("entries" if con is self._cons[0] else "usage"))
+            for _, filename in rows:
+                remove_value_file(directory, filename)
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                for i in range(0, len(rows), _CHUNK):
+                    con.execute("DELETE FROM Cache WHERE rowid IN (%s)"
+                                % ",".join(str(int(r)) for r, _ in rows[i:i + _CHUNK]))
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        for con in self._cons:
+            try:
+                con.execute("PRAGMA journal_mode = WAL")  # as diskcache keeps it, if there is room now
+            except sqlite3.Error:
+                pass
+            con.close()
+
+
+def _exclusive(db: Path) -> sqlite3.Connection:
+    if not db.is_file():  # nothing written there yet: an empty table answers
+        con = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        con.execute(_SCHEMA)
+        con.execute("CREATE TABLE Settings (key TEXT NOT NULL UNIQUE, value)")
+        return con
+    con = sqlite3.connect(str(db), timeout=60, isolation_level=None, check_same_thread=False)
+    try:
+        # Before the first read: no shared-memory WAL index is made (it would need space).
+        con.execute("PRAGMA locking_mode = EXCLUSIVE")
+        con.execute("PRAGMA journal_mode = MEMORY")
+    except sqlite3.Error:
+        con.close()
+        raise
+    return con
+
+
+def _rows(con: sqlite3.Connection, keys: list[str]) -> Iterator[tuple[int, str | None]]:
+    for i in range(0, len(keys), _CHUNK):
+        chunk = keys[i:i + _CHUNK]
+        yield from con.execute("SELECT rowid, filename FROM Cache WHERE raw = 1 AND key IN (%s)"
+                               % ",".join("?" * len(chunk)), chunk)
+
+
+def prune(path: Path, limit: int | None, cutoff: float | None) -> dict:
+    """kjit.cache.ops.prune's work and report, done in place (see the module's text)."""
+    store = InPlaceStore(path)
+    try:
+        entries, usage = store.tables()
+        keys = entries.keys()
+        sizes = listing.code_sizes(store, keys)[0]
+        used = usage.numbers("used:")
+        removed: list[str] = []
+        if cutoff is not None:
+            created = usage.json_numbers("meta:", "created") if len(used) < len(keys) else {}
+            removed = [k for k in keys if (used.get(k) or created.get(k) or 0) < cutoff]
+            store.delete_many(removed)
+        if limit is not None:
+            removed += _evict(store, limit, [k for k in keys if k not in set(removed)], used)
+        return {"removed": len(removed), "bytes_freed": int(sum(sizes.get(k, 0) for k in removed)),
+                "keys": removed, "entries_left": len(keys) - len(removed),
+                "disk_bytes": store.volume()}
+    finally:
+        store.close()
+
+
+def _evict(store: InPlaceStore, limit: int, keys: list[str], used: dict[str, float]) -> list[str]:
+    """Least recently used first until volume() <= limit (as DiskStore.evict_lru)."""
+    stored = store.tables()[0].stored_sizes()
+    order = sorted(keys, key=lambda k: used.get(k, 0.0))
+    removed: list[str] = []
+    while order and store.volume() > limit:
+        volume, remaining = store.volume(), sum(stored.get(k) or 0 for k in order)
+        scale = volume / max(remaining, 1)   # row and page overhead per stored byte
+        batch, freed = [], 0.0
+        while order and (freed < volume - limit or not batch):
+            k = order.pop(0)
+            batch.append(k)
+            freed += (stored.get(k) or 0) * scale
+        store.delete_many(batch)
+        removed += batch
+    return removed
