@@ -1,6 +1,11 @@
 """The corpus (tests/corpus): every kernel compiles with no -I, through the toolkit and CCCL
-headers from the wheels, for sm_80, sm_90 and sm_100 and to PTX, and provides the kernels
-its index entry names. (CPU; tests/test_corpus_gpu.py runs them.)"""
+headers from the wheels, for sm_80 and sm_90 (and sm_100 and PTX unless its index entry
+lists fewer targets), and provides the kernels its index entry names. (CPU;
+tests/test_corpus_gpu.py runs them.)
+
+Kernels written for nvcc that take INFINITY, FLT_MAX, M_PI or `uint` from nvcc's implicit
+includes list those names under "nvcc_prelude" in the index: they compile as they are only
+where kjit gives device code that prelude."""
 from __future__ import annotations
 
 import pytest
@@ -10,17 +15,50 @@ from corpus import entries, source
 
 TARGETS = [("sm_80", "cubin"), ("sm_90", "cubin"), ("sm_100", "cubin"), ("compute_80", "ptx")]
 
+# What a user would add by hand where the prelude is missing: the standard headers that
+# declare those names.
+EXPLICIT_INCLUDES = "#include <cmath>\n#include <cfloat>\n#include <cstdint>\n"
+
+
+def _has_nvcc_prelude() -> bool:
+    try:
+        kjit.compile("__global__ void k(float* x, uint n) { x[n] = -INFINITY + FLT_MAX + M_PI; }",
+                     arch="sm_80", name="prelude_probe.cu")
+    except kjit.CompileError:
+        return False
+    return True
+
+
+HAS_PRELUDE = _has_nvcc_prelude()
+
+
+def _cases() -> list:
+    cases = []
+    for entry in entries():
+        names = entry.get("nvcc_prelude")
+        marks = []
+        if names and not HAS_PRELUDE:
+            reason = f"needs nvcc's implicit prelude ({', '.join(names)}), which this kjit lacks"
+            marks = [pytest.mark.xfail(reason=reason, strict=True, raises=kjit.CompileError)]
+        for arch, target in TARGETS:
+            if arch in entry.get("targets", [a for a, _ in TARGETS]):
+                cases.append(pytest.param(entry, arch, target, marks=marks,
+                                          id=f"{entry['file']}-{arch}"))
+    return cases
+
 
 def test_corpus_has_the_patterns_people_use():
     files = {e["file"] for e in entries()}
-    assert len(files) >= 10
+    assert len(files) >= 20
     for needed in ("fp16", "bf16", "fp8", "wmma", "cub_block_reduce", "cub_block_scan",
-                   "cg_warp_reduce", "grid_sync", "atomic_ref", "complex", "memcpy_async"):
+                   "cg_warp_reduce", "grid_sync", "atomic_ref", "complex", "memcpy_async",
+                   "llmc_layernorm", "llmc_softmax", "llmc_gelu", "flash_attention", "sgemm",
+                   "cub_block_radix_sort", "cub_block_load_scan_store", "wmma_gemm_tiled",
+                   "mma_sync", "memcpy_async_pipeline", "transpose", "histogram"):
         assert any(needed in f for f in files), needed
 
 
-@pytest.mark.parametrize("arch,target", TARGETS, ids=[a for a, _ in TARGETS])
-@pytest.mark.parametrize("entry", entries(), ids=lambda e: e["file"])
+@pytest.mark.parametrize("entry,arch,target", _cases())
 def test_corpus_kernel_compiles(entry, arch, target):
     obj = kjit.compile(source(entry), arch=arch, target=target, name=entry["file"],
                        name_expressions=entry.get("name_expressions", ()))
@@ -30,3 +68,15 @@ def test_corpus_kernel_compiles(entry, arch, target):
         assert symbol in obj.entry_points, (k, obj.entry_points)
     if target == "ptx":
         assert f".target {arch.replace('compute', 'sm')}".encode() in obj.code
+
+
+@pytest.mark.parametrize("entry", [e for e in entries() if e.get("nvcc_prelude")],
+                         ids=lambda e: e["file"])
+def test_prelude_kernels_need_nothing_else(entry):
+    """The kernels that use the prelude also compile, with or without it, once the standard
+    headers that declare those names are included, as a user might add them: nothing else
+    in them is missing."""
+    obj = kjit.compile(EXPLICIT_INCLUDES + source(entry), arch="sm_80", name=entry["file"],
+                       name_expressions=entry.get("name_expressions", ()))
+    for k in entry["kernels"]:
+        assert obj.lowered_name(k) in obj.entry_points, (k, obj.entry_points)
