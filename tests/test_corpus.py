@@ -20,25 +20,33 @@ TARGETS = [("sm_80", "cubin"), ("sm_90", "cubin"), ("sm_100", "cubin"), ("comput
 EXPLICIT_INCLUDES = "#include <cmath>\n#include <cfloat>\n#include <cstdint>\n"
 
 
-def _has_nvcc_prelude() -> bool:
+# One use of each name the prelude gives, with no #include.
+PRELUDE_PROBES = {
+    "INFINITY": "__global__ void k(float* x) { *x = -INFINITY; }",
+    "FLT_MAX": "__global__ void k(float* x) { *x = FLT_MAX; }",
+    "M_PI": "__global__ void k(float* x) { *x = sqrtf(2.0f / M_PI); }",
+    "uint": "__global__ void k(uint* x) { *x = 1; }",
+}
+
+
+def _compiles(src: str) -> bool:
     try:
-        kjit.compile("__global__ void k(float* x, uint n) { x[n] = -INFINITY + FLT_MAX + M_PI; }",
-                     arch="sm_80", name="prelude_probe.cu")
+        kjit.compile(src, arch="sm_80", name="prelude_probe.cu", cache=False)  # at collection
     except kjit.CompileError:
         return False
     return True
 
 
-HAS_PRELUDE = _has_nvcc_prelude()
+MISSING_FROM_PRELUDE = {name for name, src in PRELUDE_PROBES.items() if not _compiles(src)}
 
 
 def _cases() -> list:
     cases = []
     for entry in entries():
-        names = entry.get("nvcc_prelude")
+        missing = [n for n in entry.get("nvcc_prelude", ()) if n in MISSING_FROM_PRELUDE]
         marks = []
-        if names and not HAS_PRELUDE:
-            reason = f"needs nvcc's implicit prelude ({', '.join(names)}), which this kjit lacks"
+        if missing:
+            reason = f"needs {', '.join(missing)} from nvcc's implicit prelude, which this kjit lacks"
             marks = [pytest.mark.xfail(reason=reason, strict=True, raises=kjit.CompileError)]
         for arch, target in TARGETS:
             if arch in entry.get("targets", [a for a, _ in TARGETS]):
