@@ -40,6 +40,14 @@ def _compiles(src: str) -> bool:
 MISSING_FROM_PRELUDE = {name for name, src in PRELUDE_PROBES.items() if not _compiles(src)}
 
 
+# Kernels kjit compiles but does not cache, and why (each is compiled afresh on every call).
+UNCACHED = {
+    "cub_block_radix_sort.cu": "BlockRadixSort reaches thrust headers whose #include names a "
+                               "macro (__THRUST_DEVICE_SYSTEM_ALGORITH_DETAIL_HEADER_INCLUDE), "
+                               "which kjit cannot key the cache on",
+}
+
+
 def _cases() -> list:
     cases = []
     for entry in entries():
@@ -68,14 +76,22 @@ def test_corpus_has_the_patterns_people_use():
 
 @pytest.mark.parametrize("entry,arch,target", _cases())
 def test_corpus_kernel_compiles(entry, arch, target):
-    obj = kjit.compile(source(entry), arch=arch, target=target, name=entry["file"],
-                       name_expressions=entry.get("name_expressions", ()))
+    def build():
+        return kjit.compile(source(entry), arch=arch, target=target, name=entry["file"],
+                            name_expressions=entry.get("name_expressions", ()))
+
+    obj = build()
     assert obj.arch == arch
     for k in entry["kernels"]:
         symbol = obj.lowered_name(k)
         assert symbol in obj.entry_points, (k, obj.entry_points)
     if target == "ptx":
         assert f".target {arch.replace('compute', 'sm')}".encode() in obj.code
+    again = build()                                   # the second compile is a cache hit
+    if entry["file"] in UNCACHED:
+        assert not again.cache_hit, f"{entry['file']} is cached now: take it out of UNCACHED"
+        pytest.xfail(UNCACHED[entry["file"]])
+    assert again.cache_hit and again.code == obj.code
 
 
 @pytest.mark.parametrize("entry", [e for e in entries() if e.get("nvcc_prelude")],
