@@ -93,14 +93,7 @@ def test_same_inputs_give_byte_identical_fatbins(lib, tmp_path):
     assert a.read_bytes() == b.read_bytes()
 
 
-@pytest.fixture
-def force_workers(monkeypatch):
-    """Make every build with --jobs > 1 use worker processes, however quick its compiles."""
-    import kjit.build.workers as build_mod
-    monkeypatch.setattr(build_mod, "WORKER_START_S", -1.0)
-
-
-def test_parallel_and_serial_builds_agree(lib, tmp_path, force_workers):
+def test_parallel_and_serial_builds_agree(lib, tmp_path):
     objs = [run_build([lib], output=tmp_path / f"{j}.fatbin", archs=["sm_80,sm_86,sm_90,sm_100"],
                       options=_opts(lib), jobs=j, cache=False).object for j in (1, 2)]
     assert objs[0].code == objs[1].code
@@ -111,7 +104,7 @@ def _opts(lib):
     return CompileOptions(include_dirs=[lib.parent / "include"], defines=["TILE=64"])
 
 
-def test_progress_ticks_once_per_compile(lib, tmp_path, force_workers):
+def test_progress_ticks_once_per_compile(lib, tmp_path):
     ticks = []
     run_build([lib], output=tmp_path / "p.fatbin", archs=["sm_80,sm_90"], options=_opts(lib),
               jobs=2, progress=lambda total: (ticks.append(("total", total)),
@@ -238,7 +231,7 @@ def test_defines_and_includes_reach_the_compiler(lib, tmp_path):
     assert r.exit_code == 1 and "define TILE" in r.output and "Traceback" not in r.output
 
 
-def test_compile_errors_from_parallel_workers_are_reported(tmp_path, force_workers):
+def test_compile_errors_from_parallel_workers_are_reported(tmp_path):
     bad = tmp_path / "bad.cu"
     bad.write_text('extern "C" __global__ void k(int* p) { p[0] = undefined_name; }\n')
     with pytest.raises(CompileError) as info:
