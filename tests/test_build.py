@@ -310,3 +310,28 @@ def test_hip_backend_refuses_cuda_only_options(tmp_path):
     src.write_text("")
     r = invoke(src, "--backend", "hip", "--arch", "gfx90a", "--ptx", "compute_90")
     assert r.exit_code == 1 and "CUDA-only" in r.output
+
+
+def test_rerun_from_a_checkout_reuses_every_compile(lib, tmp_path, monkeypatch):
+    """`kjit build` run twice from a repository root holding a second kjit tree (as after
+    `pip install .`): the workers import the kjit that started them, so every compile of the
+    second run is reused."""
+    import shutil
+    from pathlib import Path
+    import kjit
+    from kjit.compiler import pool
+    repo = tmp_path / "repo"
+    shutil.copytree(Path(kjit.__file__).resolve().parent, repo / "kjit",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    marker = tmp_path / "second-kjit-imported"
+    with open(repo / "kjit" / "__init__.py", "a") as f:
+        f.write(f"\nopen({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(pool, "_pool", None)   # workers started from this directory
+    args = lib_args(lib, tmp_path / "lib.fatbin", "--arch", "sm_80,sm_90,sm_100", "--jobs", "2",
+                    "--json")
+    first = json.loads(invoke(*args).output)
+    second = json.loads(invoke(*args).output)
+    pool.shared_pool().close()
+    assert (first["compiled"], second["reused"], second["compiles"]) == (4, 4, 4)
+    assert not marker.exists()

@@ -87,6 +87,10 @@ def worker_path() -> list[str]:
     return path
 
 
+def _surroundings() -> tuple:
+    return dict(os.environ), os.getcwd()
+
+
 class _Worker:
     """One worker process and the pipes to it."""
 
@@ -99,10 +103,14 @@ class _Worker:
             stderr=self.err, env=dict(os.environ, KJIT_COMPILE_POOL_IDLE=str(self.idle)))
         self.greeted = False
         self.last_used = time.monotonic()
+        self.started_in = _surroundings()
 
     def usable(self) -> bool:
-        # a margin below the worker's own timeout, so it never exits while a request is on its way
-        return self.proc.poll() is None and time.monotonic() - self.last_used < self.idle - 0.4
+        """Alive, not about to leave (a margin below its own idle timeout, so it never exits
+        with a request on its way), and started in this process's present environment and
+        directory (a changed KJIT_CACHE_DIR or relative -I must reach the compile)."""
+        return (self.proc.poll() is None and time.monotonic() - self.last_used < self.idle - 0.4
+                and self.started_in == _surroundings())
 
     def ask(self, request: str) -> dict:
         """Send one request line, return the reply; KjitError if the worker is gone."""
