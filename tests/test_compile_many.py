@@ -235,3 +235,24 @@ def test_precompile_specializations_in_parallel(spy):
     assert fns[2] is fill.specialize(V=2)
     assert len(spy[0]) == 4
     assert all(f.compile(ARCH).cache_hit for f in fns)
+
+
+COLD = textwrap.dedent('''
+    import sys, threading, kjit
+    from kjit.cache import core
+    from kjit.compiler import nvrtc
+    real, seen = nvrtc.compile_source, []
+    def watched(*a, **k):   # what runs beside NVRTC
+        seen.extend(t.name for t in threading.enumerate())
+        return real(*a, **k)
+    nvrtc.compile_source = watched
+    assert kjit.compile('extern "C" __global__ void k(int* p) { p[0] = 1; }', arch="sm_90").cache_hit is False
+    print("kjit.cache.shared" in sys.modules, "kjit-cache-open" in seen)
+''')
+
+
+def test_a_cold_compile_opens_the_cache_beside_nvrtc_and_no_remote_tier(tmp_path):
+    env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    env.pop("KJIT_REMOTE_CACHE", None)
+    out = subprocess.run([sys.executable, "-c", COLD], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["False", "True"], out.stderr

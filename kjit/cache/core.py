@@ -20,6 +20,7 @@ from ..objectcode import ObjectCode
 
 ENV_ENABLE = "KJIT_CACHE"
 ENV_SAVE_SOURCE = "KJIT_CACHE_SAVE_SOURCE"
+ENV_REMOTE = "KJIT_REMOTE_CACHE"   # remote.ENV_URL, read here so a miss without it imports nothing
 FLUSH_INTERVAL_S = 30.0
 
 
@@ -149,6 +150,9 @@ def lookup_hashed(k: str, namespace: str, create: Callable[[], ObjectCode], *, l
                 found = _read(c, disk, k, namespace, label)
                 if found is not None:  # another process created it while we waited
                     return _hit(c, k, found, namespace, label, t0, waited)
+                prepare = getattr(disk, "prepare", None)
+                if prepare is not None:   # the databases open while create() runs
+                    prepare()
                 # the shared tier only now: a disk hit never loads its client library
                 tier = _tier()  # None unless KJIT_REMOTE_CACHE is set
                 if tier is not None:
@@ -163,7 +167,10 @@ def lookup_hashed(k: str, namespace: str, create: Callable[[], ObjectCode], *, l
 
 
 def _tier() -> Any:
-    """The shared tier, if configured; its modules (and urllib, the client) load on a miss."""
+    """The shared tier, if configured; its modules (and urllib, the client) load on a miss
+    that has one configured."""
+    if not os.environ.get(ENV_REMOTE):
+        return None
     from . import shared
     return shared.active()
 
