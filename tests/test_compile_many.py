@@ -183,6 +183,44 @@ def test_workers_die_with_the_parent(tmp_path):
     assert _gone(pids, 5.0)
 
 
+BUSY_PARENT = textwrap.dedent('''
+    import sys, threading, time, kjit
+    sys.path.insert(0, {bench!r})
+    from benchmarks.kernels import HEADERS_SOURCE
+    srcs = [HEADERS_SOURCE.replace("out[blockIdx.x] = s;", f"out[blockIdx.x] = s + {{i}};") for i in range(2)]
+    threading.Thread(target=kjit.compile_many, args=(srcs,), kwargs={{"arch": "sm_90", "jobs": 2}},
+                     daemon=True).start()
+    time.sleep(60)
+''')
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().split(")")[-1].split()[1]) == pid:
+                    out.append(int(d.name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def test_workers_die_with_the_parent_in_the_middle_of_a_compile(tmp_path):
+    """A CUB compile takes seconds: the workers must not finish it once their parent is gone."""
+    env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-c", BUSY_PARENT.format(bench=str(ROOT))], env=env)
+    deadline = time.monotonic() + 60
+    while len(_children(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = _children(proc.pid)
+    assert len(workers) == 2
+    time.sleep(1.0)   # booted and compiling (the first CUB compile takes seconds)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert _gone(workers, 1.5)
+
+
 def test_idle_workers_leave_and_the_next_batch_starts_new_ones(tmp_path):
     proc, pids = _parent(tmp_path, KJIT_COMPILE_POOL_IDLE="1")
     try:
