@@ -84,6 +84,15 @@ def test_hits_are_not_sent_to_the_pool(spy):
     assert sent == [] and runs == []
 
 
+def test_the_parent_runs_no_compile_for_a_batch_of_misses(monkeypatch):
+    from cuda.bindings import nvrtc
+    created = []
+    real = nvrtc.nvrtcCreateProgram
+    monkeypatch.setattr(nvrtc, "nvrtcCreateProgram", lambda *a: (created.append(a[1]), real(*a))[1])
+    objs = kjit.compile_many([src(i, "parent-idle") for i in range(3)], arch=ARCH, jobs=2)
+    assert [o.cache_hit for o in objs] == [False] * 3 and created == []
+
+
 def test_a_single_miss_compiles_here(spy):
     kjit.compile(src(1, "single"), arch=ARCH)
     objs = kjit.compile_many([src(1, "single"), src(2, "single")], arch=ARCH, jobs=2)

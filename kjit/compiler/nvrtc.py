@@ -12,9 +12,10 @@ from .options import CompileOptions, nvrtc_flags
 from .search import SearchPath
 
 
-class Deferred(Exception):
+class Deferred(BaseException):
     """Raised instead of compiling while `deferring` is set: kjit.compile_many asks the
-    cache in the parent and hands the misses to its worker processes."""
+    cache in the parent and hands the misses to its worker processes. A BaseException, so
+    no `except Exception` on the way takes it for a failed compile."""
 
 
 deferring: contextvars.ContextVar[bool] = contextvars.ContextVar("kjit_nvrtc_deferring", default=False)
