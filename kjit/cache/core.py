@@ -150,9 +150,6 @@ def lookup_hashed(k: str, namespace: str, create: Callable[[], ObjectCode], *, l
                 found = _read(c, disk, k, namespace, label)
                 if found is not None:  # another process created it while we waited
                     return _hit(c, k, found, namespace, label, t0, waited)
-                prepare = getattr(disk, "prepare", None)
-                if prepare is not None:   # the databases open while create() runs
-                    prepare()
                 # the shared tier only now: a disk hit never loads its client library
                 tier = _tier()  # None unless KJIT_REMOTE_CACHE is set
                 if tier is not None:

@@ -169,7 +169,8 @@ class DiskStore(StoreReads):
         trust.check_directory(self.path)
 
     def prepare(self) -> None:
-        """Open both databases on a helper thread, for a miss about to compile: creating them
+        """Open both databases on a helper thread, for a miss about to compile (lock() calls
+        it once it holds the key's lock): creating them
         (a new cache directory) or opening them costs tens of milliseconds that SQLite and
         NVRTC, both releasing the GIL, can spend side by side. The properties wait for it;
         a failure there is left for them to report."""
@@ -413,6 +414,7 @@ class DiskStore(StoreReads):
             return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            self.prepare()   # whoever holds the lock is about to create: the databases open meanwhile
             yield time.perf_counter() - t0
         finally:
             os.close(fd)  # closing releases the flock
