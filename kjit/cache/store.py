@@ -267,7 +267,11 @@ class DiskStore(StoreReads):
             if not (self.path / "entries" / "cache.db").is_file():
                 return None   # nothing written yet: a miss, and no directory to check
             trust.check_directory(self.path)
-            table = self._reads.table = Table.open(self.path / "entries")
+            table = Table.open(self.path / "entries")
+            if self._opening is None:
+                self._reads.table = table
+            # else: used once, closing with it, so no reader outlives the databases' setup
+            # (a connection left open would keep their write-ahead log from being merged)
         return table
 
     def put(self, key: str, obj: ObjectCode, meta: dict[str, Any]) -> None:
