@@ -239,6 +239,7 @@ class DiskStore(StoreReads):
         """The checked entry for key, None if absent; CorruptEntry if it fails a check
         (the caller drops it)."""
         try:
+            reader = None
             try:
                 reader = self._reader()
                 blob = reader.get(key) if reader is not None else None
@@ -246,6 +247,9 @@ class DiskStore(StoreReads):
                 # Another process is creating the database (no table yet) or holds it busy:
                 # diskcache's connection sets it up and waits, as on a write.
                 blob = Table.of(self.entries).get(key)
+            finally:
+                if reader is not None and reader.transient:
+                    reader.close()
         except entry_mod.CorruptEntry:
             raise
         except (OSError, sqlite3.Error) as exc:
@@ -270,8 +274,10 @@ class DiskStore(StoreReads):
             table = Table.open(self.path / "entries")
             if self._opening is None:
                 self._reads.table = table
-            # else: used once, closing with it, so no reader outlives the databases' setup
-            # (a connection left open would keep their write-ahead log from being merged)
+            elif table is not None:
+                # used once and closed (get): no reader may outlive the databases' setup, as
+                # an open connection keeps their write-ahead log from being merged at close
+                table.transient = True
         return table
 
     def put(self, key: str, obj: ObjectCode, meta: dict[str, Any]) -> None:
