@@ -156,6 +156,9 @@ def test_progress_bar_on_a_terminal(monkeypatch, capsys):
     assert "kjit: compiling" in capsys.readouterr().err
     kjit.compile_many([src(i, "nobar") for i in range(3)], arch=ARCH, jobs=2, progress=False)
     assert "kjit: compiling" not in capsys.readouterr().err
+    monkeypatch.setattr(many, "BAR_AFTER_S", 2.0)   # a quick batch (hits) shows none
+    kjit.compile_many([src(i, "bar") for i in range(3)], arch=ARCH, jobs=2)
+    assert "kjit: compiling" not in capsys.readouterr().err
 
 
 PARENT = textwrap.dedent('''

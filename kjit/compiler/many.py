@@ -50,8 +50,11 @@ def compile_many(sources: Iterable[Any], *, arch: Any = None, target: str | None
     size = pool_mod.pool_size(jobs)
     results: list[Any] = [None] * len(items)
     tracker = _Progress(len(items), progress)
-    _run(items, results, size, tracker)
-    tracker.close()
+    tracker.start()
+    try:
+        _run(items, results, size, tracker)
+    finally:
+        tracker.close()
     failed = [i for i, r in enumerate(results) if isinstance(r, BaseException)]
     if failed and errors == "raise":
         exc = results[failed[0]]
@@ -146,7 +149,6 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
                 results[i] = _here(kw)
                 tracker.done(miss=True)
             elif len(misses) == 2:   # the second miss: now the pool pays
-                tracker.pool_started()
                 threads = pool_mod.shared_pool().run(jobs, min(size, len(items) - misses[0]),
                                                      on_reply)
                 send(misses[0])
@@ -202,8 +204,8 @@ class _Progress:
         self.ticker: threading.Timer | None = None
         self.on_terminal = progress is not False and not callable(progress) and _stderr_tty()
 
-    def pool_started(self) -> None:
-        if self.on_terminal and self.progress is None:   # appear once the batch runs long
+    def start(self) -> None:
+        if self.on_terminal and self.progress is None:   # appears once the batch runs long
             self.ticker = threading.Timer(BAR_AFTER_S, self._show)
             self.ticker.daemon = True
             self.ticker.start()
