@@ -306,3 +306,19 @@ def test_a_cold_compile_opens_the_cache_beside_nvrtc_and_no_remote_tier(tmp_path
     env.pop("KJIT_REMOTE_CACHE", None)
     out = subprocess.run([sys.executable, "-c", COLD], env=env, capture_output=True, text=True)
     assert out.stdout.split() == ["False", "True"], out.stderr
+
+
+@pytest.mark.gpu
+def test_precompiled_specializations_launch_on_the_device():
+    """precompile() for the device's arch, in workers; each launch then loads from the cache."""
+    @kjit.kernel
+    def put(V=0):
+        return f'extern "C" __global__ void put(int* p) {{ p[0] = {V}; }} // gpu precompile\n'
+
+    fns = put.precompile([{"V": v} for v in (3, 5, 7)], jobs=2)
+    for f, v in zip(fns, (3, 5, 7)):
+        out = kjit.zeros(1, "int32")
+        f[1, 1](out)
+        kjit.synchronize()
+        assert int(out.get()[0]) == v
+        assert f.object.cache_hit is True
