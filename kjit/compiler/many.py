@@ -36,7 +36,8 @@ def compile_many(sources: Iterable[Any], *, arch: Any = None, target: str | None
     defaults for every item. Bad arguments raise InvalidOptionError (naming the item) before
     anything compiles.
     jobs: worker processes for the misses (default $KJIT_COMPILE_JOBS, else the cores this
-    process may run on); 1 compiles everything in this process.
+    process may run on); 1 compiles everything in this process. Workers stay
+    $KJIT_COMPILE_POOL_IDLE seconds (default 30) for the next batch and end with this process.
     errors: "raise" (default) compiles every item, then raises the first failing item's
     error (CompileError...); "return" puts each failing item's exception in its place.
     progress: None shows a bar on a terminal (stderr) once a batch has run 2 s; False
