@@ -21,6 +21,9 @@ TARGET_DEVICE1_RATIO = 1.10    # device 1's launch cost within the noise of devi
 TARGET_TWO_THREADS = 1.8       # two threads on two devices against one thread
 TARGET_HEADERS_FRESH_MS = 20     # toolkit-header kernel: fresh-process disk hit beyond import
 TARGET_HEADERS_REPEAT_US = 100   # toolkit-header kernel: in-process repeat
+TARGET_SWEEP_SPEEDUP = 20        # compile_many against one bare NVRTC compile at a time (16 cores)
+TARGET_COLD_SMALL = 1.10         # a fresh process's cold compile against bare NVRTC
+TARGET_COLD_CUB = 1.05
 
 
 def machine() -> dict:
@@ -83,6 +86,9 @@ def table(results: dict) -> str:
         lines.append("kjit build of the example library")
         for k, v in b.items():
             lines.append(f"  {k:52s} {v:10.1f}" if isinstance(v, float) else f"  {k:52s} {v}")
+    if results.get("throughput"):
+        from benchmarks.throughput import lines as throughput_lines
+        lines += throughput_lines(results["throughput"])
     lines.append("targets: " + ", ".join(f"{k}: {'met' if ok else 'MISSED'}" for k, ok in targets(results).items()))
     return "\n".join(lines)
 
@@ -111,6 +117,16 @@ def targets(results: dict) -> dict[str, bool]:
     if "two threads / one thread" in mg:
         out[f"two threads on two devices >= {TARGET_TWO_THREADS}x one"] = \
             mg["two threads / one thread"] >= TARGET_TWO_THREADS
+    sw = results.get("throughput", {}).get("sweep", {})
+    if "speed-up" in sw:
+        out[f"compile_many of {sw['variants']} CUB variants >= {TARGET_SWEEP_SPEEDUP}x bare NVRTC "
+            "one at a time"] = sw["speed-up"] >= TARGET_SWEEP_SPEEDUP
+    cold = results.get("throughput", {}).get("cold", {})
+    for kernel, target in (("small", TARGET_COLD_SMALL), ("CUB", TARGET_COLD_CUB)):
+        ratio = cold.get(f"{kernel} kernel: kjit (the device's arch) / bare NVRTC")
+        if ratio:
+            out[f"{kernel} kernel fresh cold compile <= {target}x bare NVRTC"] = \
+                float(ratio.split("x")[0]) <= target
     hd = results.get("headers") or cc
     key = "headers kernel: fresh-process disk hit beyond import kjit ms"
     if key in hd:
@@ -148,14 +164,14 @@ def plot(results: dict, path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks")
     p.add_argument("which", nargs="?", default="all",
-                   choices=["all", "launch", "compile", "build", "multigpu", "headers"],
+                   choices=["all", "launch", "compile", "build", "multigpu", "headers", "throughput"],
                    help="headers: the toolkit-header kernel's compile figures only (no GPU needed)")
     p.add_argument("--json", help="write the results as JSON here")
     p.add_argument("--plot", help="write the launch-cost plot (PNG) here")
     args = p.parse_args(argv)
     results: dict = {"machine": machine()}
     sections = {"launch": "launch", "compile": "compile_cache", "build": "build",
-                "multigpu": "multigpu"}
+                "multigpu": "multigpu", "throughput": "throughput"}
     if args.which == "headers":
         from benchmarks.compile_cache import headers_run
         results["headers"] = headers_run()

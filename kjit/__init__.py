@@ -39,6 +39,7 @@ _LAZY = {
     "InOut": "kjit.runtime.memory",
     "cdiv": "kjit.runtime.kernel",
     "kernel": "kjit.decorator",
+    "compile_many": "kjit.compiler.many",
 }
 _SUBMODULES = ("cache",)
 
@@ -92,6 +93,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static checkers see the real names
     from . import cache
     from .arch import Arch
+    from .compiler.many import compile_many
     from .compiler.options import CompileOptions
     from .decorator import kernel
     from .linker import LinkOptions, LinkResult, link

@@ -7,7 +7,8 @@
     saxpy[blocks, threads](2.0, x, y, n)
 
 Keyword defaults of the function are compile-time parameters: `scale.specialize(T="double")`
-returns the kernel compiled with T="double". Compilation is lazy (first launch), once per
+returns the kernel compiled with T="double", and `scale.precompile([{"T": "float"}, {"T": "double"}])`
+compiles several at once, in parallel (kjit.compile_many). Compilation is lazy (first launch), once per
 (parameters, device arch), and goes through kjit.compile's cache.
 
 The device current in the launching thread (kjit.Device, torch.cuda.device, cupy.cuda.Device)
@@ -20,7 +21,7 @@ import functools
 import inspect
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
 from . import driver
 from .compiler.options import CompileOptions
@@ -115,10 +116,26 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
     def compile(self, arch: str | None = None):
         """The ObjectCode for `arch` (default: the current device)."""
         from .compiler.api import compile as kjit_compile
+        return kjit_compile(**self._compile_args(arch))
+
+    def _compile_args(self, arch: str | None) -> dict[str, Any]:
         exprs = [self.name] if "<" in self.name else []
-        return kjit_compile(self.source(), arch=arch or self.arch, target="cubin",
-                            options=self.options, name_expressions=exprs,
-                            name=f"{self.source_fn.__name__}.cu")
+        return {"source": self.source(), "arch": arch or self.arch, "target": "cubin",
+                "options": self.options, "name_expressions": exprs,
+                "name": f"{self.source_fn.__name__}.cu"}
+
+    def precompile(self, variants: Iterable[Mapping[str, Any]] = ({},), *,
+                   arch: str | None = None, jobs: int | None = None) -> list["KernelFunction"]:
+        """Compile many specializations at once and return them, in order: `variants` holds
+        one dict of compile-time parameters each. Cache hits come at once; the misses compile
+        in parallel worker processes (kjit.compile_many, `jobs` of them). A launch of each
+        later finds its code in the cache. arch: default the current device."""
+        from .compiler.many import compile_many
+        if isinstance(variants, Mapping):
+            raise ArgumentError("precompile takes a list of parameter dicts, e.g. [{'T': 'float'}]")
+        fns = [self.specialize(**dict(v)) for v in variants]
+        compile_many([f._compile_args(arch) for f in fns], jobs=jobs)
+        return fns
 
     def kernel(self):
         """The loaded kjit.Kernel for the current context (compiled and loaded on first use)."""

@@ -93,14 +93,7 @@ def test_same_inputs_give_byte_identical_fatbins(lib, tmp_path):
     assert a.read_bytes() == b.read_bytes()
 
 
-@pytest.fixture
-def force_workers(monkeypatch):
-    """Make every build with --jobs > 1 use worker processes, however quick its compiles."""
-    import kjit.build.workers as build_mod
-    monkeypatch.setattr(build_mod, "WORKER_START_S", -1.0)
-
-
-def test_parallel_and_serial_builds_agree(lib, tmp_path, force_workers):
+def test_parallel_and_serial_builds_agree(lib, tmp_path):
     objs = [run_build([lib], output=tmp_path / f"{j}.fatbin", archs=["sm_80,sm_86,sm_90,sm_100"],
                       options=_opts(lib), jobs=j, cache=False).object for j in (1, 2)]
     assert objs[0].code == objs[1].code
@@ -111,7 +104,7 @@ def _opts(lib):
     return CompileOptions(include_dirs=[lib.parent / "include"], defines=["TILE=64"])
 
 
-def test_progress_ticks_once_per_compile(lib, tmp_path, force_workers):
+def test_progress_ticks_once_per_compile(lib, tmp_path):
     ticks = []
     run_build([lib], output=tmp_path / "p.fatbin", archs=["sm_80,sm_90"], options=_opts(lib),
               jobs=2, progress=lambda total: (ticks.append(("total", total)),
@@ -238,7 +231,7 @@ def test_defines_and_includes_reach_the_compiler(lib, tmp_path):
     assert r.exit_code == 1 and "define TILE" in r.output and "Traceback" not in r.output
 
 
-def test_compile_errors_from_parallel_workers_are_reported(tmp_path, force_workers):
+def test_compile_errors_from_parallel_workers_are_reported(tmp_path):
     bad = tmp_path / "bad.cu"
     bad.write_text('extern "C" __global__ void k(int* p) { p[0] = undefined_name; }\n')
     with pytest.raises(CompileError) as info:
@@ -317,3 +310,28 @@ def test_hip_backend_refuses_cuda_only_options(tmp_path):
     src.write_text("")
     r = invoke(src, "--backend", "hip", "--arch", "gfx90a", "--ptx", "compute_90")
     assert r.exit_code == 1 and "CUDA-only" in r.output
+
+
+def test_rerun_from_a_checkout_reuses_every_compile(lib, tmp_path, monkeypatch):
+    """`kjit build` run twice from a repository root holding a second kjit tree (as after
+    `pip install .`): the workers import the kjit that started them, so every compile of the
+    second run is reused."""
+    import shutil
+    from pathlib import Path
+    import kjit
+    from kjit.compiler import pool
+    repo = tmp_path / "repo"
+    shutil.copytree(Path(kjit.__file__).resolve().parent, repo / "kjit",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    marker = tmp_path / "second-kjit-imported"
+    with open(repo / "kjit" / "__init__.py", "a") as f:
+        f.write(f"\nopen({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(pool, "_pool", None)   # workers started from this directory
+    args = lib_args(lib, tmp_path / "lib.fatbin", "--arch", "sm_80,sm_90,sm_100", "--jobs", "2",
+                    "--json")
+    first = json.loads(invoke(*args).output)
+    second = json.loads(invoke(*args).output)
+    pool.shared_pool().close()
+    assert (first["compiled"], second["reused"], second["compiles"]) == (4, 4, 4)
+    assert not marker.exists()

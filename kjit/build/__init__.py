@@ -1,8 +1,8 @@
 """The build engine behind `kjit build`: one fatbin (or HIP offload bundle) for many
 architectures, on any machine.
 
-One compile per (source, architecture), each through the cache, run in parallel
-(`workers`); then the cubins (and PTX for forward compatibility) are packed with nvFatbin
+One compile per (source, architecture), through kjit.compile_many (`workers`): hits from the
+cache, misses in parallel worker processes; then the cubins (and PTX for forward compatibility) are packed with nvFatbin
 (`fatbin`). Lowered names of --name-expression templates go to the `<output>.kjit.json`
 sidecar, which ObjectCode.from_file and kjit.load read back.
 """

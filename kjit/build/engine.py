@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 from ..compiler.search import source_name
 from ..errors import InvalidOptionError
 from .archs import resolve_archs, resolve_ptx
-from .workers import Unit, _Compiler, compile_units
+from .workers import BuildCompiler, Unit, compile_units
 
 COMPRESS_CHOICES = ("none", "speed", "balance", "size")
 
@@ -56,9 +56,10 @@ def run_build(sources: Sequence[str | os.PathLike[str]], *, output: str | os.Pat
     if not paths:
         raise InvalidOptionError("kjit build needs at least one source file")
     options = options or CompileOptions()
-    jobs = jobs or os.cpu_count() or 1
-    if jobs < 1:
+    if jobs is not None and jobs < 1:
         raise InvalidOptionError(f"--jobs must be at least 1, got {jobs}")
+    from ..compiler.pool import pool_size
+    jobs = pool_size(jobs)   # --jobs, else $KJIT_COMPILE_JOBS, else this process's cores
     exprs = tuple(name_expressions)
     linked = len(paths) > 1 or bool(link) or lto
     if exprs and len(paths) > 1:
@@ -101,7 +102,7 @@ def run_build(sources: Sequence[str | os.PathLike[str]], *, output: str | os.Pat
             units += [Unit(texts[0], source_name(paths[0]), a, "ptx") for a in ptx_list]
         options = opts
 
-    compiler = _Compiler(options, exprs, backend, cache)
+    compiler = BuildCompiler(options, exprs, backend, cache)
     tick = progress(len(units)) if progress else (lambda: None)
     objs = compile_units(units, compiler, jobs, tick)
     res = BuildResult(output=Path(output) if output else paths[0].with_suffix(

@@ -21,6 +21,7 @@ from ..objectcode import ObjectCode
 
 ENV_ENABLE = "KJIT_CACHE"
 ENV_SAVE_SOURCE = "KJIT_CACHE_SAVE_SOURCE"
+ENV_REMOTE = "KJIT_REMOTE_CACHE"   # remote.ENV_URL, read here so a miss without it imports nothing
 FLUSH_INTERVAL_S = 30.0
 
 
@@ -165,7 +166,10 @@ def lookup_hashed(k: str, namespace: str, create: Callable[[], ObjectCode], *, l
 
 
 def _tier() -> Any:
-    """The shared tier, if configured; its modules (and urllib, the client) load on a miss."""
+    """The shared tier, if configured; its modules (and urllib, the client) load on a miss
+    that has one configured."""
+    if not os.environ.get(ENV_REMOTE):
+        return None
     from . import shared
     return shared.active()
 

@@ -37,9 +37,18 @@ def _prefix_range(prefix: str) -> tuple[str, str]:
 class Table:
     """The Cache table of one diskcache database, read through `sql` (an execute callable)."""
 
-    def __init__(self, sql: Callable[..., sqlite3.Cursor], directory: str | os.PathLike[str]):
+    transient = False   # a reader its user closes after one use
+
+    def __init__(self, sql: Callable[..., sqlite3.Cursor], directory: str | os.PathLike[str],
+                 own: sqlite3.Connection | None = None):
         self.sql = sql
         self.directory = str(directory)
+        self._own = own   # the connection `open` made, closed by close()
+
+    def close(self) -> None:
+        if self._own is not None:
+            self._own.close()
+            self._own = None
 
     @classmethod
     def of(cls, cache: Any) -> "Table":
@@ -66,7 +75,7 @@ class Table:
                 raise
         else:
             con = sqlite3.connect(str(db), timeout=60, isolation_level=None)
-        return cls(con.execute, directory)
+        return cls(con.execute, directory, con)
 
     # --- keys and foreign rows -----------------------------------------------------------
     def keys(self) -> list[str]:

@@ -196,17 +196,48 @@ class DiskStore(StoreReads):
         self._entries: "diskcache.Cache | None" = None
         self._usage: "diskcache.Cache | None" = None
         self._reads = threading.local()   # this thread's plain SQLite reader of entries
+        self._opening: threading.Thread | None = None   # prepare()'s helper thread
 
     # --- opening ----------------------------------------------------------------------
+    def _directory(self) -> None:
+        """Make the directory (private) if it is missing, and check that it can be trusted."""
+        if self.path.exists() and not self.path.is_dir():
+            raise Unavailable(f"{self.path} is not a directory")
+        if not self.path.is_dir():
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.path, 0o700)  # mkdir's mode is masked by the umask
+        trust.check_directory(self.path)
+
+    def prepare(self) -> None:
+        """Open both databases on a helper thread, for a miss about to compile (lock() calls
+        it once it holds the key's lock): creating them
+        (a new cache directory) or opening them costs tens of milliseconds that SQLite and
+        NVRTC, both releasing the GIL, can spend side by side. The properties wait for it;
+        a failure there is left for them to report."""
+        if self._opening is not None or (self._entries is not None and self._usage is not None):
+            return
+
+        def open_both() -> None:
+            try:
+                for db in (self.entries, self.usage):
+                    # diskcache connects per thread: this one's connection closes now, as
+                    # close() (called from another thread) could not, and the WAL with it
+                    db.close()
+            except Exception:
+                pass
+        self._opening = threading.Thread(target=open_both, daemon=True, name="kjit-cache-open")
+        self._opening.start()
+
+    def _wait_opening(self) -> None:
+        t = self._opening
+        if t is not None and t is not threading.current_thread():
+            t.join()
+            self._opening = None
+
     def _open(self, name: str, size: int) -> "diskcache.Cache":
         """One of the two databases; each opens on first use (a disk hit needs only entries)."""
         try:
-            if self.path.exists() and not self.path.is_dir():
-                raise Unavailable(f"{self.path} is not a directory")
-            if not self.path.is_dir():
-                self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
-                os.chmod(self.path, 0o700)  # mkdir's mode is masked by the umask
-            trust.check_directory(self.path)
+            self._directory()
             import diskcache
 
             from .safedisk import SafeDisk
@@ -219,12 +250,14 @@ class DiskStore(StoreReads):
 
     @property
     def entries(self) -> "diskcache.Cache":
+        self._wait_opening()
         if self._entries is None:
             self._entries = self._open("entries", size_limit())
         return self._entries
 
     @property
     def usage(self) -> "diskcache.Cache":
+        self._wait_opening()
         if self._usage is None:
             self._usage = self._open("usage", 1 << 62)
         return self._usage
@@ -234,6 +267,7 @@ class DiskStore(StoreReads):
         return Table.of(self.entries), Table.of(self.usage)
 
     def close(self) -> None:
+        self._wait_opening()
         for c in (self._entries, self._usage):
             if c is not None:
                 c.close()
@@ -245,6 +279,7 @@ class DiskStore(StoreReads):
         """The checked entry for key, None if absent; CorruptEntry if it fails a check
         (the caller drops it)."""
         try:
+            reader = None
             try:
                 reader = self._reader()
                 blob = reader.get(key) if reader is not None else None
@@ -252,6 +287,9 @@ class DiskStore(StoreReads):
                 # Another process is creating the database (no table yet) or holds it busy:
                 # diskcache's connection sets it up and waits, as on a write.
                 blob = Table.of(self.entries).get(key)
+            finally:
+                if reader is not None and reader.transient:
+                    reader.close()
         except entry_mod.CorruptEntry:
             raise
         except (OSError, sqlite3.Error) as exc:
@@ -266,14 +304,20 @@ class DiskStore(StoreReads):
         """The entries table for a lookup. Until this process writes, a plain SQLite
         connection reads it: a disk hit imports neither diskcache nor pickle (a tenth of a
         fresh process's own time). None while the database does not exist yet (a miss)."""
-        if self._entries is not None:
+        if self._opening is None and self._entries is not None:
             return Table.of(self._entries)
         table = getattr(self._reads, "table", None)
         if table is None:
             if not (self.path / "entries" / "cache.db").is_file():
                 return None   # nothing written yet: a miss, and no directory to check
             trust.check_directory(self.path)
-            table = self._reads.table = Table.open(self.path / "entries")
+            table = Table.open(self.path / "entries")
+            if self._opening is None:
+                self._reads.table = table
+            elif table is not None:
+                # used once and closed (get): no reader may outlive the databases' setup, as
+                # an open connection keeps their write-ahead log from being merged at close
+                table.transient = True
         return table
 
     def put(self, key: str, obj: ObjectCode, meta: dict[str, Any]) -> None:
@@ -402,7 +446,10 @@ class DiskStore(StoreReads):
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[float]:
         """Hold the creation lock for `key`; yields the seconds spent waiting for it."""
-        self.entries   # opened (and the directory made) first: Unavailable if it cannot be
+        try:   # the directory made and checked first: Unavailable if it cannot be
+            self._directory()
+        except OSError as exc:
+            raise Unavailable(f"{self.path}: {exc.strerror if isinstance(exc, trust.Untrusted) else exc}") from exc
         t0 = time.perf_counter()
         try:
             import fcntl
@@ -417,6 +464,7 @@ class DiskStore(StoreReads):
             return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            self.prepare()   # whoever holds the lock is about to create: the databases open meanwhile
             yield time.perf_counter() - t0
         finally:
             os.close(fd)  # closing releases the flock

@@ -49,7 +49,7 @@ def _text(d: dict[str, Any]) -> str:
               help="A template instantiation to compile and name, e.g. 'axpy<float>' (repeatable).")
 @click.option("--backend", type=click.Choice(["cuda", "hip"]), default="cuda", show_default=True)
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
-              help="Parallel compiles (default: the number of cores).")
+              help="Parallel compiles (default: $KJIT_COMPILE_JOBS, else the cores this process may use).")
 @click.option("--compress", type=click.Choice(COMPRESS_CHOICES), default="none", show_default=True,
               help="nvFatbin compression of the entries.")
 @click.option("--no-cache", is_flag=True, help="Compile even if the cache has the result.")

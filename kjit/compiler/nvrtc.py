@@ -1,6 +1,7 @@
 """CUDA C++ to PTX, cubin or LTO-IR through NVRTC (cuda.bindings.nvrtc); no GPU needed."""
 from __future__ import annotations
 
+import contextvars
 import functools
 import time
 from typing import Any, Sequence
@@ -9,6 +10,15 @@ from ..errors import KjitError
 from .diagnostics import compile_error
 from .options import CompileOptions, nvrtc_flags
 from .search import SearchPath
+
+
+class Deferred(BaseException):
+    """Raised instead of compiling while `deferring` is set: kjit.compile_many asks the
+    cache in the parent and hands the misses to its worker processes. A BaseException, so
+    no `except Exception` on the way takes it for a failed compile."""
+
+
+deferring: contextvars.ContextVar[bool] = contextvars.ContextVar("kjit_nvrtc_deferring", default=False)
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,6 +68,8 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
                    ) -> tuple[bytes, str, dict[str, str], float]:
     """Compile with NVRTC. Returns (code, log, lowered names, milliseconds). `search`: the
     compile's SearchPath (compiler/search.py): its in-memory headers and toolkit directories."""
+    if deferring.get():
+        raise Deferred()
     from cuda.bindings import nvrtc
 
     path = search if search is not None else SearchPath(options.headers, (), ())

@@ -1,0 +1,249 @@
+"""kjit.compile_many: many compiles, the cache's hits at once, the misses in parallel.
+
+Each item is asked of the cache in this process first, exactly as kjit.compile asks it
+(the compiler is told to defer instead of running). Hits are returned as they are; the
+misses go to the worker processes of kjit.compiler.pool, which run kjit.compile themselves
+and so store their results in the shared disk cache under the per-key locks. One miss (or
+jobs=1) compiles here: a single compile never pays for starting a worker.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import queue
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from ..errors import CompileError, InvalidOptionError, KjitError
+from . import pool as pool_mod
+
+ITEM_KEYS = ("source", "arch", "target", "options", "name_expressions", "backend", "name", "cache")
+ERRORS = ("raise", "return")
+BAR_AFTER_S = 2.0   # a progress bar only for batches that take longer than this
+
+
+def compile_many(sources: Iterable[Any], *, arch: Any = None, target: str | None = None,
+                 options: Any = None, name_expressions: Iterable[str] = (),
+                 backend: str = "cuda", name: str | None = None, cache: bool = True,
+                 jobs: int | None = None, errors: str = "raise",
+                 progress: bool | Callable[[int, int], Any] | None = None) -> list:
+    """Compile many sources; returns one ObjectCode per item, in the order given.
+
+    sources: source strings, or dicts holding "source" and any of arch, target, options,
+    name_expressions, backend, name, cache for that item; the keyword arguments are the
+    defaults for every item. Bad arguments raise InvalidOptionError (naming the item) before
+    anything compiles.
+    jobs: worker processes for the misses (default $KJIT_COMPILE_JOBS, else the cores this
+    process may run on); 1 compiles everything in this process. Workers stay
+    $KJIT_COMPILE_POOL_IDLE seconds (default 30) for the next batch and end with this process.
+    errors: "raise" (default) compiles every item, then raises the first failing item's
+    error (CompileError...); "return" puts each failing item's exception in its place.
+    progress: None shows a bar on a terminal (stderr) once a batch has run 2 s; False
+    never, True always on a terminal; a callable gets (done, total) after each item.
+    """
+    if errors not in ERRORS:
+        raise InvalidOptionError(f"errors={errors!r} is not one of {', '.join(map(repr, ERRORS))}")
+    common = {"arch": arch, "target": target, "options": options,
+              "name_expressions": name_expressions, "backend": backend, "name": name, "cache": cache}
+    items = [_item(i, it, common) for i, it in enumerate(_listed(sources))]
+    size = pool_mod.pool_size(jobs)
+    results: list[Any] = [None] * len(items)
+    tracker = _Progress(len(items), progress)
+    tracker.start()
+    try:
+        _run(items, results, size, tracker)
+    finally:
+        tracker.close()
+    failed = [i for i, r in enumerate(results) if isinstance(r, BaseException)]
+    if failed and errors == "raise":
+        exc = results[failed[0]]
+        if len(failed) > 1:
+            exc.add_note(f"{len(failed) - 1} more of the {len(items)} items failed too "
+                         f"(items {failed[1:11]}); errors='return' gives each its own error")
+        raise exc
+    return results
+
+
+def _listed(sources: Any) -> list:
+    if isinstance(sources, (str, bytes, Mapping)):
+        raise InvalidOptionError("compile_many takes a list of sources (or of dicts); "
+                                 "for one source use kjit.compile")
+    try:
+        return list(sources)
+    except TypeError:
+        raise InvalidOptionError(f"compile_many takes a list of sources, got "
+                                 f"{type(sources).__name__}") from None
+
+
+def _item(i: int, it: Any, common: dict) -> tuple[dict, Any]:
+    """(kjit.compile's keyword arguments, validated request) for item i."""
+    from .request import make_request
+    if isinstance(it, Mapping):
+        unknown = sorted(set(map(str, it)) - set(ITEM_KEYS))
+        if unknown or "source" not in it:
+            what = f"unknown keys {unknown}" if unknown else "no 'source'"
+            raise InvalidOptionError(f"compile_many item {i}: {what}; an item's keys are "
+                                     f"{', '.join(ITEM_KEYS)}")
+        kw = dict(common, **it)
+    else:
+        kw = dict(common, source=it)
+    if not isinstance(kw["name_expressions"], (tuple, str)):
+        kw["name_expressions"] = tuple(kw["name_expressions"])
+    try:
+        req = make_request(kw["source"], arch=kw["arch"], target=kw["target"], options=kw["options"],
+                           name_expressions=kw["name_expressions"], backend=kw["backend"],
+                           name=kw["name"])
+    except InvalidOptionError as exc:
+        raise InvalidOptionError(f"compile_many item {i}: {exc}") from None
+    kw["arch"] = req.arch   # the device's arch resolved once; the rest as given, as kjit.compile memoises it
+    return kw, req
+
+
+def _probe(kw: dict) -> Any:
+    """The cache's answer for one item, or None on a miss (nothing compiled here)."""
+    from .api import compile as kjit_compile
+    from .nvrtc import Deferred, deferring
+    if kw["backend"] != "cuda":
+        return None   # hiprtc has no deferral: its workers ask the cache
+    token = deferring.set(True)
+    try:
+        return kjit_compile(**kw)
+    except Deferred:
+        return None
+    except KjitError as exc:
+        return exc
+    finally:
+        deferring.reset(token)
+
+
+def _here(kw: dict) -> Any:
+    from .api import compile as kjit_compile
+    try:
+        return kjit_compile(**kw)
+    except KjitError as exc:
+        return exc
+
+
+def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
+    jobs: "queue.Queue[tuple[int, str] | None]" = queue.Queue()
+    misses: list[int] = []
+    threads: list[threading.Thread] = []
+
+    def on_reply(i: int, reply: Any) -> None:
+        results[i] = _from_reply(reply, items[i][1]) if isinstance(reply, dict) else reply
+        tracker.done(miss=True)
+
+    def send(i: int) -> None:
+        jobs.put((i, _request(items[i])))
+
+    try:
+        for i, (kw, _) in enumerate(items):
+            found = _probe(kw)
+            if found is not None:
+                results[i] = found
+                tracker.done(miss=False)
+                continue
+            misses.append(i)
+            if size == 1:
+                results[i] = _here(kw)
+                tracker.done(miss=True)
+            elif len(misses) == 2:   # the second miss: now the pool pays
+                threads = pool_mod.shared_pool().run(jobs, min(size, len(items) - misses[0]),
+                                                     on_reply)
+                send(misses[0])
+                send(i)
+            elif len(misses) > 2:
+                send(i)
+        if size > 1 and len(misses) == 1:
+            results[misses[0]] = _here(items[misses[0]][0])
+            tracker.done(miss=True)
+    finally:
+        jobs.put(None)   # the serving threads end once the queue is drained
+        for t in threads:
+            t.join()
+
+
+def _request(item: tuple[dict, Any]) -> str:
+    import json
+    kw, req = item
+    opts = {k: pool_mod.jsonable(v) for k, v in req.options.as_dict().items()}
+    return json.dumps({"source": req.source, "name": req.name, "arch": req.arch,
+                       "target": req.target, "options": opts,
+                       "name_expressions": list(req.name_expressions),
+                       "backend": req.backend, "cache": bool(kw["cache"])})
+
+
+def _from_reply(reply: dict, req: Any) -> Any:
+    from ..objectcode import ObjectCode
+    if reply["ok"]:
+        return ObjectCode(base64.b64decode(reply["code"]), kind=reply["kind"], arch=reply["arch"],
+                          log=reply["log"], symbols=reply["symbols"], name=reply["name"],
+                          metadata=reply["metadata"], cache_hit=reply["cache_hit"])
+    if reply.get("error") == "CompileError":
+        from .diagnostics import compile_error
+        return compile_error(reply["message"], log=reply.get("log", ""),
+                             options=reply.get("options", ()), source=req.source,
+                             name=req.name, compiler=reply.get("compiler", "NVRTC"))
+    from .. import errors as errors_mod
+    cls = getattr(errors_mod, str(reply.get("error", "")), None)
+    if cls in (InvalidOptionError, KjitError, errors_mod.CudaUnavailableError):
+        return cls(reply["message"])
+    return KjitError(reply["message"])
+
+
+class _Progress:
+    """Counts finished items for a callable, or draws a bar on a terminal (click's) once the
+    batch has run BAR_AFTER_S."""
+
+    def __init__(self, total: int, progress: Any):
+        self.total, self.count, self.progress = total, 0, progress
+        self.lock = threading.Lock()
+        self.t0 = time.monotonic()
+        self.bar: Any = None
+        self.ticker: threading.Timer | None = None
+        self.on_terminal = progress is not False and not callable(progress) and _stderr_tty()
+
+    def start(self) -> None:
+        if self.on_terminal and self.progress is None:   # appears once the batch runs long
+            self.ticker = threading.Timer(BAR_AFTER_S, self._show)
+            self.ticker.daemon = True
+            self.ticker.start()
+        elif self.on_terminal:
+            self._show()
+
+    def _show(self) -> None:
+        with self.lock:
+            if self.bar is None and self.count < self.total:
+                import click
+                self.bar = click.progressbar(length=self.total, label="kjit: compiling",
+                                             file=sys.stderr)
+                self.bar.__enter__()
+                self.bar.update(self.count)
+
+    def done(self, miss: bool) -> None:
+        with self.lock:
+            self.count += 1
+            if callable(self.progress):
+                self.progress(self.count, self.total)
+            if self.bar is not None:
+                self.bar.update(1)
+
+    def close(self) -> None:
+        if self.ticker is not None:
+            self.ticker.cancel()
+        with self.lock:
+            if self.bar is not None:
+                self.bar.__exit__(None, None, None)
+                self.bar = None
+
+
+def _stderr_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+__all__ = ["compile_many", "CompileError"]
