@@ -15,6 +15,9 @@ machine, cuFuncGetAttribute):
 
 `.nv.info` records are (format u8, attribute u8, value): EIFMT_NVAL has no value, BVAL a
 byte, HVAL a u16, SVAL a u16 length and that many bytes; every record is 4-byte aligned.
+A record cut short by the end of its section, or a per-symbol record (REGCOUNT, FRAME_SIZE,
+...) shorter than its 8 bytes, makes the section malformed: NvInfoFormatError says which
+record, rather than a figure read from the wrong bytes.
 """
 from __future__ import annotations
 
@@ -89,32 +92,61 @@ class KernelResources:
         return d
 
 
+class NvInfoFormatError(InvalidOptionError):
+    """A .nv.info section holds a record that is cut short or too short for its attribute."""
+
+
+# Attributes only kernels carry (the parameter constant bank); device functions have none.
+_KERNEL_ONLY = (0x0A, 0x17, 0x19)
+# Global .nv.info attributes that are (symbol index u32, value u32) pairs.
+_PER_SYMBOL = ("REGCOUNT", "FRAME_SIZE", "MIN_STACK_SIZE", "MAX_STACK_SIZE")
+_VALUE_SIZE = {EIFMT_NVAL: 0, EIFMT_BVAL: 1, EIFMT_HVAL: 2}
+
+
 def parse_nvinfo(data: bytes) -> list[Attribute]:
-    """The records of one .nv.info section."""
+    """The records of one .nv.info section, in one pass. A record that runs past the end of
+    the section (a cut-short BVAL/HVAL/SVAL) or has an unknown format raises
+    NvInfoFormatError: the section is malformed, and what follows it cannot be trusted."""
     out: list[Attribute] = []
-    off = 0
-    while off + 2 <= len(data):
+    off, n_data = 0, len(data)
+    while off + 2 <= n_data:
         fmt, code = data[off], data[off + 1]
+        name = EIATTR.get(code, f"0x{code:02x}")
         if fmt == EIFMT_SVAL:
-            if off + 4 > len(data):
-                raise InvalidOptionError(f"truncated .nv.info record at offset {off}")
+            if off + 4 > n_data:
+                raise NvInfoFormatError(f"the {name} record at offset {off} is cut short "
+                                        "before its length")
             (n,) = struct.unpack_from("<H", data, off + 2)
-            if off + 4 + n > len(data):
-                raise InvalidOptionError(f"truncated .nv.info record at offset {off}")
+            if off + 4 + n > n_data:
+                raise NvInfoFormatError(f"the {name} record at offset {off} declares {n} bytes; "
+                                        f"only {n_data - off - 4} remain in the section")
             out.append(Attribute(fmt, code, bytes(data[off + 4:off + 4 + n])))
             off += 4 + n
-        elif fmt == EIFMT_HVAL:
-            out.append(Attribute(fmt, code, struct.unpack_from("<H", data, off + 2)[0]))
-            off += 4
-        elif fmt == EIFMT_BVAL:
-            out.append(Attribute(fmt, code, data[off + 2]))
-            off += 4
-        elif fmt == EIFMT_NVAL:
-            out.append(Attribute(fmt, code, None))
+        elif fmt in _VALUE_SIZE:
+            width = _VALUE_SIZE[fmt]
+            if off + 2 + width > n_data:
+                raise NvInfoFormatError(f"the {name} record at offset {off} is cut short: its "
+                                        f"{width}-byte value runs past the section's end")
+            value = None if fmt == EIFMT_NVAL else (
+                data[off + 2] if fmt == EIFMT_BVAL else struct.unpack_from("<H", data, off + 2)[0])
+            out.append(Attribute(fmt, code, value))
             off += 4
         else:
-            raise InvalidOptionError(f"unknown .nv.info record format {fmt} at offset {off}")
+            raise NvInfoFormatError(f"unknown .nv.info record format {fmt} at offset {off}")
     return out
+
+
+def has_kernel_attributes(data: bytes) -> bool:
+    """Whether a .nv.info.<function> section describes a kernel (it has a parameter bank)."""
+    try:
+        return any(a.code in _KERNEL_ONLY for a in parse_nvinfo(data))
+    except NvInfoFormatError:
+        return False
+
+
+def _int(attr: Attribute | None) -> int | None:
+    """A BVAL/HVAL attribute's number; None where it is absent or has another format."""
+    return attr.value if attr is not None and isinstance(attr.value, int) else None
 
 
 def kernel_resources(cubin: bytes) -> list[KernelResources]:
@@ -131,17 +163,29 @@ def kernel_resources(cubin: bytes) -> list[KernelResources]:
     per_symbol: dict[str, dict[str, int]] = {}
     if ".nv.info" in sections:
         for attr in parse_nvinfo(elf.section_bytes(sections[".nv.info"])):
-            if attr.name in ("REGCOUNT", "FRAME_SIZE", "MIN_STACK_SIZE", "MAX_STACK_SIZE"):
-                sym_index, value = attr.u32s()[:2]
+            if attr.name in _PER_SYMBOL:
+                pair = attr.u32s()
+                if len(pair) < 2:
+                    raise NvInfoFormatError(
+                        f"the {attr.name} record of .nv.info holds "
+                        f"{len(attr.value) if isinstance(attr.value, bytes) else 0} bytes; it needs "
+                        "8 (a symbol index and a value)")
+                sym_index, value = pair[:2]
                 if sym_index < len(symbols):
                     per_symbol.setdefault(symbols[sym_index].name, {})[attr.name] = value
 
     reserved = SYSTEM_RESERVED_SHARED if elf.cuda_sm >= 90 else 0
+    parsed: dict[tuple[int, int], list[Attribute]] = {}
     out = []
     for name in elf.cuda_kernels():
         glob = per_symbol.get(name, {})
-        attrs = parse_nvinfo(elf.section_bytes(sections[f".nv.info.{name}"])) \
-            if f".nv.info.{name}" in sections else []
+        sec = sections.get(f".nv.info.{name}")
+        attrs = []
+        if sec is not None:  # sections naming the same bytes are parsed once
+            span = (sec.offset, sec.size)
+            if span not in parsed:
+                parsed[span] = parse_nvinfo(elf.section_bytes(sec))
+            attrs = parsed[span]
         first = {}
         for a in attrs:
             first.setdefault(a.name, a)
@@ -152,8 +196,9 @@ def kernel_resources(cubin: bytes) -> list[KernelResources]:
         shared_sec = sections.get(f".nv.shared.{name}")
         shared_raw = shared_sec.size if shared_sec is not None else 0
         const = sections.get(f".nv.constant0.{name}")
-        dims = first["MAX_THREADS"].u32s() if "MAX_THREADS" in first else None
-        reqntid = first["REQNTID"].u32s() if "REQNTID" in first else None
+        # At most three dimensions: a crafted record must not make a product of thousands.
+        dims = first["MAX_THREADS"].u32s()[:3] if "MAX_THREADS" in first else None
+        reqntid = first["REQNTID"].u32s()[:3] if "REQNTID" in first else None
         bound = dims or reqntid
         max_threads = None
         if bound:
@@ -170,10 +215,9 @@ def kernel_resources(cubin: bytes) -> list[KernelResources]:
             shared_bytes=max(shared_raw - reserved, 0), shared_section_bytes=shared_raw,
             local_bytes=glob.get("FRAME_SIZE", 0), stack_bytes=glob.get("MIN_STACK_SIZE", 0),
             const_bytes=const.size if const is not None else 0,
-            param_bytes=first["CBANK_PARAM_SIZE"].value if "CBANK_PARAM_SIZE" in first else None,
+            param_bytes=_int(first.get("CBANK_PARAM_SIZE")),
             max_threads=max_threads, max_threads_dims=tuple(dims) if dims else None,
             reqntid=tuple(reqntid) if reqntid else None,
-            max_registers=first["MAXREG_COUNT"].value if "MAXREG_COUNT" in first else None,
-            barriers=first["NUM_BARRIERS"].value if "NUM_BARRIERS" in first else None,
+            max_registers=_int(first.get("MAXREG_COUNT")), barriers=_int(first.get("NUM_BARRIERS")),
             params=tuple(sorted(params, key=lambda p: p.ordinal))))
     return out
