@@ -114,19 +114,19 @@ def parse_nvinfo(data: bytes) -> list[Attribute]:
         name = EIATTR.get(code, f"0x{code:02x}")
         if fmt == EIFMT_SVAL:
             if off + 4 > n_data:
-                raise NvInfoFormatError(f"the {name} record at offset {off} is cut short "
-                                        "before its length")
+                raise NvInfoFormatError(f"truncated .nv.info: the {name} record at offset "
+                                        f"{off} ends before its length")
             (n,) = struct.unpack_from("<H", data, off + 2)
             if off + 4 + n > n_data:
-                raise NvInfoFormatError(f"the {name} record at offset {off} declares {n} bytes; "
-                                        f"only {n_data - off - 4} remain in the section")
+                raise NvInfoFormatError(f"truncated .nv.info: the {name} record at offset {off} "
+                                        f"declares {n} bytes; {n_data - off - 4} remain")
             out.append(Attribute(fmt, code, bytes(data[off + 4:off + 4 + n])))
             off += 4 + n
         elif fmt in _VALUE_SIZE:
             width = _VALUE_SIZE[fmt]
             if off + 2 + width > n_data:
-                raise NvInfoFormatError(f"the {name} record at offset {off} is cut short: its "
-                                        f"{width}-byte value runs past the section's end")
+                raise NvInfoFormatError(f"truncated .nv.info: the {name} record at offset {off}"
+                                        f" has a {width}-byte value past the section's end")
             value = None if fmt == EIFMT_NVAL else (
                 data[off + 2] if fmt == EIFMT_BVAL else struct.unpack_from("<H", data, off + 2)[0])
             out.append(Attribute(fmt, code, value))
@@ -167,7 +167,7 @@ def kernel_resources(cubin: bytes) -> list[KernelResources]:
                 pair = attr.u32s()
                 if len(pair) < 2:
                     raise NvInfoFormatError(
-                        f"the {attr.name} record of .nv.info holds "
+                        f"malformed .nv.info: a {attr.name} record holds "
                         f"{len(attr.value) if isinstance(attr.value, bytes) else 0} bytes; it needs "
                         "8 (a symbol index and a value)")
                 sym_index, value = pair[:2]

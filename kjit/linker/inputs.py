@@ -125,7 +125,7 @@ def _from_object(obj: ObjectCode, path: Path | None, label: str) -> dict[str, An
     except InvalidOptionError as exc:
         raise InvalidOptionError(f"link input {label}: {exc}") from None
     # Key on what the bytes say (arch=None re-derives it): a PTX file read from disk and the
-    # same PTX fresh from kjit.compile (labelled sm_90, not compute_90) are one input.
+    # same PTX fresh from kjit.compile are one input.
     return dict(code=obj.code, kind=obj.kind, digest=digest(obj.with_(arch=None)), arch=obj.arch, path=path,
                 symbols=dict(obj.symbols), base=obj.name)
 
