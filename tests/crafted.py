@@ -32,8 +32,7 @@ def symbol_index(code: bytes, name: str) -> int:
 
 
 def set_symbol(code: bytes, k: int, field: str, value: int) -> bytes:
-    elf = ElfFile(code)
-    symtab = elf.sections[elf.symtab_index]
+    symtab = next(s for s in ElfFile(code).sections if s.type == 2)  # SHT_SYMTAB
     at, fmt = SYM[field]
     out = bytearray(code)
     struct.pack_into(fmt, out, symtab.offset + 24 * k + at, value)
@@ -55,7 +54,7 @@ def many_symtabs(code: bytes, copies: int, stride: int = 0) -> bytes:
     """`code` plus `copies` more section headers, each another SHT_SYMTAB over the file's
     symbol table (shifted by `stride` bytes each): the crafted file of a quadratic reader."""
     elf = ElfFile(code)
-    i = elf.symtab_index
+    i = next(k for k, s in enumerate(elf.sections) if s.type == 2)  # SHT_SYMTAB
     raw = code[elf.shoff + i * 64:elf.shoff + i * 64 + 64]
     extra = bytearray()
     for k in range(copies):

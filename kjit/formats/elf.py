@@ -21,6 +21,9 @@ STB_GLOBAL = 1
 STO_CUDA_ENTRY = 0x10
 SHT_SYMTAB = 2
 SHT_NOBITS = 8
+# Section types that occupy no bytes of the file: SHT_NOBITS and CUDA's own .nv.global,
+# .nv.local, .nv.shared.<kernel> and the reserved shared window.
+NOBITS_TYPES = frozenset({SHT_NOBITS, 0x70000007, 0x70000009, 0x7000000A, 0x70000015})
 
 
 class ElfFormatError(InvalidOptionError):
@@ -96,7 +99,7 @@ class ElfFile:
         for i in range(self.shnum):
             name, typ, flags, _addr, off, size, link, info, _align, entsize = struct.unpack_from(
                 "<IIQQQQIIQQ", self.data, self.shoff + i * self.shentsize)
-            if typ != SHT_NOBITS and size and off + size > len(self.data):
+            if typ not in NOBITS_TYPES and size and off + size > len(self.data):
                 raise ElfFormatError(f"section {i} ({off}+{size} bytes) lies outside the "
                                      f"{len(self.data)}-byte file (truncated?)")
             raw.append((name, typ, flags, off, size, link, info, entsize))
@@ -104,7 +107,7 @@ class ElfFile:
         if not raw:
             return []
         names = StringTable(self.data, raw[self.shstrndx][3], raw[self.shstrndx][4]) \
-            if self.shstrndx < len(raw) and raw[self.shstrndx][1] != SHT_NOBITS else None
+            if self.shstrndx < len(raw) and raw[self.shstrndx][1] not in NOBITS_TYPES else None
         return [Section(names[name] if names else "", typ, flags, off, size, link, info, entsize)
                 for name, typ, flags, off, size, link, info, entsize in raw]
 
@@ -119,7 +122,7 @@ class ElfFile:
         return self._by_name.get(name)
 
     def section_bytes(self, sec: Section) -> bytes:
-        if sec.type == SHT_NOBITS:
+        if sec.type in NOBITS_TYPES:
             return b""
         return self.data[sec.offset:sec.offset + sec.size]
 
@@ -141,7 +144,7 @@ class ElfFile:
         if sec.link >= len(secs):
             return []
         strsec = secs[sec.link]
-        strtab = StringTable(self.data, strsec.offset, strsec.size if strsec.type != SHT_NOBITS else 0)
+        strtab = StringTable(self.data, strsec.offset, strsec.size if strsec.type not in NOBITS_TYPES else 0)
         step = max(sec.entsize, 24)  # Elf64_Sym is 24 bytes
         out: list[Symbol] = []
         for off in range(sec.offset, sec.offset + sec.size - 23, step):
@@ -189,7 +192,7 @@ def _check_no_overlap(raw: list[tuple]) -> None:
     bytes (sm_100+ cubins alias each debug section as .nv.merc.*); a reader that caches by
     byte range then parses each range once, however many sections name it."""
     spans = sorted({(off, off + size): i for i, (_n, typ, _f, off, size, *_r) in enumerate(raw)
-                    if typ != SHT_NOBITS and size}.items())
+                    if typ not in NOBITS_TYPES and size}.items())
     for ((_s0, end0), i0), ((start1, _e1), i1) in zip(spans, spans[1:]):
         if start1 < end0:
             raise ElfFormatError(f"sections {i0} and {i1} overlap (bytes {start1}..{end0}): "

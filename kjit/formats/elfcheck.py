@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import struct
 
-from .elf import (EM_CUDA, SHT_NOBITS, SHT_SYMTAB, STT_FUNC, ElfFile, ElfFormatError, Section)
+from .elf import (EM_CUDA, NOBITS_TYPES, SHT_SYMTAB, STT_FUNC, ElfFile, ElfFormatError, Section)
 
-SHT_STRTAB, SHT_RELA, SHT_REL, SHT_DYNSYM, SHT_GROUP = 3, 4, 9, 11, 17
-SHF_EXECINSTR = 0x4
+SHT_PROGBITS, SHT_STRTAB, SHT_RELA, SHT_REL, SHT_DYNSYM = 1, 3, 4, 9, 11
+SHF_EXECINSTR, SHF_INFO_LINK = 0x4, 0x40
+# Types whose sh_info names a section even without SHF_INFO_LINK: PROGBITS and .nv.info.
+_INFO_IS_SECTION = (SHT_PROGBITS, 0x70000000, 0x70000083)
 SHN_LORESERVE = 0xFF00
 _ENTSIZE = {SHT_SYMTAB: 24, SHT_DYNSYM: 24, SHT_RELA: 24, SHT_REL: 16}
 _PHDR_SIZE = 56
@@ -64,14 +66,14 @@ def _check_section(elf: ElfFile, i: int, sec: Section, symtab: int | None, nsyms
     if sec.link >= n:
         raise ElfFormatError(f"{where}: sh_link {sec.link} names no section (the file has {n})")
     align = struct.unpack_from("<Q", elf.data, elf.shoff + i * 64 + 48)[0]
-    if align > 1 and (align & (align - 1) or (sec.type != SHT_NOBITS and sec.size and sec.offset % align)):
+    if align > 1 and (align & (align - 1) or (sec.type not in NOBITS_TYPES and sec.size and sec.offset % align)):
         raise ElfFormatError(f"{where}: offset {sec.offset} does not meet its alignment {align}")
     want = _ENTSIZE.get(sec.type)
     if want is not None and sec.offset % 8:
         raise ElfFormatError(f"{where}: table at offset {sec.offset}, not 8-byte aligned")
     if want is not None and sec.entsize != want:
         raise ElfFormatError(f"{where}: entries of {sec.entsize} bytes; this section type has {want}")
-    if sec.entsize and sec.type != SHT_NOBITS and sec.size % sec.entsize:
+    if sec.entsize and sec.type not in NOBITS_TYPES and sec.size % sec.entsize:
         raise ElfFormatError(f"{where}: {sec.size} bytes is not a whole number of "
                              f"{sec.entsize}-byte entries")
     if sec.type in (SHT_REL, SHT_RELA):
@@ -89,7 +91,8 @@ def _check_section(elf: ElfFile, i: int, sec: Section, symtab: int | None, nsyms
         if index >= nsyms or elf.symbols[index].type != STT_FUNC:
             raise ElfFormatError(f"{where}: sh_info names symbol {index}, which is not a function "
                                  f"(the symbol table has {nsyms})")
-    elif sec.info >= n:
+    elif (sec.flags & SHF_INFO_LINK or sec.type in _INFO_IS_SECTION) and sec.info >= n:
+        # sh_info of these names a section; CUDA's own types keep other numbers there
         raise ElfFormatError(f"{where}: sh_info {sec.info} names no section (the file has {n})")
 
 

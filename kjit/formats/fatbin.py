@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import arch as arch_mod
 from ..errors import InvalidOptionError
+from .elf import NOBITS_TYPES
 from .lz4 import lz4_block_decompress
 from .sniff import arch_from_bytes, ptx_version, sniff_kind
 
@@ -265,7 +266,7 @@ def _elf_extent(code: bytes) -> int:
             return len(code)
         sh_type, = struct.unpack_from("<I", code, at + 4)
         sh_off, sh_size = struct.unpack_from("<QQ", code, at + 24)
-        if sh_type != 8:  # SHT_NOBITS occupies no file space
+        if sh_type not in NOBITS_TYPES:  # these occupy no file space
             extent = max(extent, sh_off + sh_size)
     return min(extent, len(code))
 
