@@ -174,7 +174,7 @@ class ElfFile:
         funcs = [s for s in self.symbols if s.type == STT_FUNC and s.name]
         names = [s.name for s in funcs if s.other & STO_CUDA_ENTRY]
         if not names and funcs:
-            from .nvinfo import has_kernel_attributes
+            from .nvrecords import has_kernel_attributes
             names = [s.name for s in funcs
                      if (sec := self.section(".nv.info." + s.name)) is not None
                      and has_kernel_attributes(self.section_bytes(sec))]
