@@ -50,6 +50,24 @@ def with_section_bytes(code: bytes, name: str, content: bytes) -> bytes:
     return set_section(bytes(out), i, "size", len(content))
 
 
+def patch_section(code: bytes, name: str, offset: int, value: bytes) -> bytes:
+    """`code` with `value` written at `offset` into section `name`'s bytes."""
+    sec = ElfFile(code).sections[section_index(code, name)]
+    assert offset + len(value) <= sec.size
+    out = bytearray(code)
+    out[sec.offset + offset:sec.offset + offset + len(value)] = value
+    return bytes(out)
+
+
+def nvinfo_offset(code: bytes, name: str, attribute: int) -> int:
+    """Where the value of the first `attribute` record of .nv.info section `name` starts."""
+    sec = ElfFile(code).sections[section_index(code, name)]
+    data, off = code[sec.offset:sec.offset + sec.size], 0
+    while data[off + 1] != attribute:
+        off += 4 + (struct.unpack_from("<H", data, off + 2)[0] if data[off] == 4 else 0)
+    return off + 4
+
+
 def many_symtabs(code: bytes, copies: int, stride: int = 0) -> bytes:
     """`code` plus `copies` more section headers, each another SHT_SYMTAB over the file's
     symbol table (shifted by `stride` bytes each): the crafted file of a quadratic reader."""

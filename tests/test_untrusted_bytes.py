@@ -406,9 +406,18 @@ def rdc_object() -> bytes:
 
 def _faults(obj: bytes) -> dict[str, bytes]:
     """Edits of a real -rdc object that crash nvJitLink (each a segfault before it was checked)."""
-    from crafted import section_index as si, set_section, set_symbol, symbol_index
+    from crafted import (nvinfo_offset, patch_section, section_index as si, set_section, set_symbol,
+                         symbol_index)
     helper, text = symbol_index(obj, "_Z6helperf"), si(obj, ".text.scale")
+    graph = obj[ElfFile(obj).section(".nv.callgraph").offset:][:ElfFile(obj).section(".nv.callgraph").size]
+    callee = [k for k in range(0, len(graph), 4) if graph[k:k + 4] == struct.pack("<I", helper)][0]
     return {
+        "REGCOUNT of no function": patch_section(obj, ".nv.info", nvinfo_offset(obj, ".nv.info", 0x2F),
+                                                 b"\xff\xff\x00\x00"),
+        "call graph edge to a section": patch_section(obj, ".nv.callgraph", callee, b"\x01\0\0\0"),
+        "prototype of no function": patch_section(obj, ".nv.prototype", 0, b"\0\0\0\0"),
+        "PARAM_CBANK of no symbol": patch_section(
+            obj, ".nv.info.scale", nvinfo_offset(obj, ".nv.info.scale", 0x0A), b"\x13\x04\0\0"),
         "rela sh_info 0xFFFFFFFF": set_section(obj, si(obj, ".rela.debug_frame"), "info", 0xFFFFFFFF),
         ".nv.info sh_info past the sections": set_section(obj, si(obj, ".nv.info.scale"), "info", 0x10000),
         ".debug_frame sh_info": set_section(obj, si(obj, ".debug_frame"), "info", 0x7FFFFFFF),
@@ -426,7 +435,8 @@ def _faults(obj: bytes) -> dict[str, bytes]:
 FAULTS = [".nv.info sh_info past the sections", "rela sh_info 0xFFFFFFFF", ".debug_frame sh_info",
           ".text sh_info names no function", "symbol table misaligned", "symbol table entry size",
           ".nv.prototype size", "function symbol as an object", "function in SHN_ABS",
-          "symbol in section 500", "symbol name past the string table"]
+          "symbol in section 500", "symbol name past the string table", "REGCOUNT of no function",
+          "call graph edge to a section", "prototype of no function", "PARAM_CBANK of no symbol"]
 
 
 @pytest.mark.parametrize("fault", FAULTS)

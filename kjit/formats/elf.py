@@ -6,6 +6,7 @@ kernels, and read the per-kernel .nv.info attributes, without a GPU or binutils.
 from __future__ import annotations
 
 import bisect
+import re
 import struct
 from functools import cached_property
 from typing import NamedTuple
@@ -59,7 +60,7 @@ class StringTable:
         end = min(start + size, len(data)) if size else start
         self.data, self.start, self.end = data, start, max(end, start)
         raw = data[self.start:self.end]
-        self._nuls = [i for i, b in enumerate(raw) if b == 0] if raw.count(0) else []
+        self._nuls = [m.start() for m in re.finditer(b"\0", raw)]
 
     def __getitem__(self, index: int) -> str:
         if index >= self.end - self.start:
@@ -74,9 +75,8 @@ class ElfFile:
 
     The bytes are untrusted: every read is bounded by the file, and each byte range is
     parsed a bounded number of times (one symbol table, sections that do not partly
-    overlap), so
-    the work is linear in the file's size. `kjit.formats.elfcheck` checks the rest of the
-    structure a linker relies on."""
+    overlap), so the work is linear in the file's size. `kjit.formats.elfcheck` checks the
+    rest of the structure a linker relies on."""
 
     def __init__(self, data: bytes):
         if len(data) < 64 or data[:4] != b"\x7fELF":

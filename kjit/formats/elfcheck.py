@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 
 from .elf import (EM_CUDA, NOBITS_TYPES, SHT_SYMTAB, STT_FUNC, ElfFile, ElfFormatError, Section)
+from .nvrecords import PER_SYMBOL_CODES, NvInfoFormatError, parse_nvinfo
 
 SHT_PROGBITS, SHT_STRTAB, SHT_RELA, SHT_REL, SHT_DYNSYM = 1, 3, 4, 9, 11
 SHF_EXECINSTR, SHF_INFO_LINK = 0x4, 0x40
@@ -19,6 +20,12 @@ _INFO_IS_SECTION = (SHT_PROGBITS, 0x70000000, 0x70000083)
 SHN_LORESERVE = 0xFF00
 _ENTSIZE = {SHT_SYMTAB: 24, SHT_DYNSYM: 24, SHT_RELA: 24, SHT_REL: 16}
 _PHDR_SIZE = 56
+SHT_CUDA_INFO, SHT_CUDA_CALLGRAPH, SHT_CUDA_PROTOTYPE = 0x70000000, 0x70000001, 0x70000002
+_KPARAM_INFO, _PARAM_CBANK = 0x17, 0x0A
+# The record format of the attributes whose layout every toolkit shares (4 SVAL, 3 HVAL);
+# a known attribute in another format is how a crafted record makes a linker misread it.
+_FORMAT = {0x2F: 4, 0x11: 4, 0x12: 4, 0x23: 4, 0x17: 4, 0x0A: 4, 0x1C: 4, 0x37: 4, 0x19: 3, 0x1B: 3}
+_CALLGRAPH_MARKS = 0xFFFFFFF0  # callgraph entries at or above this are markers, not symbols
 
 
 def check_linkable(data: bytes) -> ElfFile:
@@ -41,6 +48,8 @@ def check_linkable(data: bytes) -> ElfFile:
             _check_section(elf, i, sec, symtab, len(syms))
     if symtab is not None:
         _check_symbols(elf, symtab)
+    if elf.machine == EM_CUDA:
+        _check_cuda_tables(elf)
     return elf
 
 
@@ -128,3 +137,46 @@ def _check_symbols(elf: ElfFile, symtab: int) -> None:
                 not secs[sym.shndx].flags & SHF_EXECINSTR:
             raise ElfFormatError(f"symbol {k} ({sym.name}): a function defined in section "
                                  f"{sym.shndx}, which holds no code")
+
+
+def _check_cuda_tables(elf: ElfFile) -> None:
+    """The symbol indexes inside CUDA's own sections, which the linkers follow unchecked:
+    .nv.info records (every section's records well formed; per-function records of the
+    global one naming functions), .nv.callgraph edges and .nv.prototype entries."""
+    syms = elf.symbols
+
+    def function(index: int, where: str) -> None:
+        if index >= len(syms) or syms[index].type != STT_FUNC:
+            raise ElfFormatError(f"{where} names symbol {index}, which is not a function "
+                                 f"(the symbol table has {len(syms)})")
+
+    for i, sec in enumerate(elf.sections):
+        where = _where(i, sec)
+        data = elf.section_bytes(sec)
+        if sec.type == SHT_CUDA_INFO:
+            try:
+                records = parse_nvinfo(data)
+            except NvInfoFormatError as exc:
+                raise ElfFormatError(f"{where}: {exc}") from None
+            for r in records:
+                if _FORMAT.get(r.code, r.format) != r.format:
+                    raise ElfFormatError(f"{where}: a {r.name} record in format {r.format}, "
+                                         f"not {_FORMAT[r.code]}")
+                if r.code == _PARAM_CBANK and (len(r.value) < 8 or
+                                               int.from_bytes(r.value[:4], "little") >= len(syms)):
+                    raise ElfFormatError(f"{where}: a PARAM_CBANK record names no symbol")
+                if r.code in PER_SYMBOL_CODES and not sec.info:
+                    if not isinstance(r.value, bytes) or len(r.value) < 8:
+                        raise ElfFormatError(f"{where}: a {r.name} record without its symbol")
+                    function(int.from_bytes(r.value[:4], "little"), f"{where}: a {r.name} record")
+                if r.code == _KPARAM_INFO and (not isinstance(r.value, bytes) or len(r.value) < 12
+                                               or int.from_bytes(r.value[:4], "little") > 0xFFFF):
+                    raise ElfFormatError(f"{where}: a malformed KPARAM_INFO record")
+        elif sec.type == SHT_CUDA_CALLGRAPH:
+            for k in range(0, len(data) - 3, 4):
+                index = int.from_bytes(data[k:k + 4], "little")
+                if index and index < _CALLGRAPH_MARKS:
+                    function(index, f"{where}: the edge at offset {k}")
+        elif sec.type == SHT_CUDA_PROTOTYPE:
+            for k in range(0, len(data) - 7, 8):
+                function(int.from_bytes(data[k:k + 4], "little"), f"{where}: the entry at offset {k}")
