@@ -173,10 +173,20 @@ def _check_cuda_tables(elf: ElfFile) -> None:
                                                or int.from_bytes(r.value[:4], "little") > 0xFFFF):
                     raise ElfFormatError(f"{where}: a malformed KPARAM_INFO record")
         elif sec.type == SHT_CUDA_CALLGRAPH:
-            for k in range(0, len(data) - 3, 4):
-                index = int.from_bytes(data[k:k + 4], "little")
-                if index and index < _CALLGRAPH_MARKS:
-                    function(index, f"{where}: the edge at offset {k}")
+            # Pairs: (0, marker) opens a block; in the first (0xFFFFFFFF) block each pair is a
+            # call edge (caller, callee), in the others (function, a number).
+            block = 0
+            for k in range(0, len(data) - 7, 8):
+                first, second = struct.unpack_from("<II", data, k)
+                if second >= _CALLGRAPH_MARKS:
+                    if first:
+                        raise ElfFormatError(f"{where}: the marker at offset {k} is malformed")
+                    block = second
+                    continue
+                if first or block != 0xFFFFFFFF:
+                    function(first, f"{where}: the entry at offset {k}")
+                if block == 0xFFFFFFFF:
+                    function(second, f"{where}: the call edge at offset {k}")
         elif sec.type == SHT_CUDA_PROTOTYPE:
             for k in range(0, len(data) - 7, 8):
                 function(int.from_bytes(data[k:k + 4], "little"), f"{where}: the entry at offset {k}")
