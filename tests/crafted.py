@@ -125,3 +125,23 @@ def bundle(entries: list[tuple[str, int, int]], tail: bytes) -> bytes:
         raw = eid.encode()
         out += struct.pack("<QQQ", off, size, len(raw)) + raw
     return bytes(out) + tail
+
+
+def host_object(device_code: bytes) -> bytes:
+    """A minimal x86-64 relocatable ELF whose .nv_fatbin section holds `device_code` (what
+    nvcc -rdc embeds in a host object)."""
+    shstr = b"\0.shstrtab\0.nv_fatbin\0"
+    body = bytearray(64) + shstr
+    while len(body) % 8:
+        body += b"\0"
+    fat_off = len(body)
+    body += device_code
+    while len(body) % 8:
+        body += b"\0"
+    shoff = len(body)
+    headers = bytes(64)
+    headers += struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, 64, len(shstr), 0, 0, 1, 0)
+    headers += struct.pack("<IIQQQQIIQQ", 11, 1, 2, 0, fat_off, len(device_code), 0, 0, 8, 0)
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0, 0]) + bytes(7)
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 1, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 3, 1)
+    return header + bytes(body[64:]) + headers

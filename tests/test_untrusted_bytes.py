@@ -469,6 +469,15 @@ def test_crafted_cubin_inside_a_fatbin_is_refused_before_linking(rdc_object):
         link([fatbin(fatbin_entry(bad))], arch="sm_90", backend="nvjitlink", cache=False)
 
 
+def test_crafted_cubin_inside_a_host_object_is_refused_before_linking(rdc_object):
+    from crafted import fatbin, fatbin_entry, host_object
+    from kjit.linker.inputs import normalize
+    assert normalize([host_object(fatbin(fatbin_entry(rdc_object)))])[0].kind == "hostobject"
+    bad = host_object(fatbin(fatbin_entry(_faults(rdc_object)["rela sh_info 0xFFFFFFFF"])))
+    with pytest.raises(KjitError, match=r"link input #0 \(bytes\): corrupt ELF in fatbin entry 0"):
+        normalize([bad])
+
+
 @pytest.mark.parametrize("stride", [0, 24])
 def test_thousands_of_overlapping_symbol_tables_take_no_time(rdc_object, tmp_path, stride):
     """2000 SYMTAB sections over one symbol table (identical or shifted) took 30 s to inspect:
