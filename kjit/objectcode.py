@@ -68,6 +68,10 @@ class ObjectCode:
               symbols: Mapping[str, str] | None, name: str, metadata: Mapping[str, Any] | None,
               cache_hit: bool | None) -> None:
         """Set the fields of checked values (the only writes an ObjectCode takes)."""
+        if kind == "ptx" and arch and arch.startswith("sm_"):
+            # PTX is code for a virtual arch: PTX compiled for sm_90 is compute_90 code, and
+            # is labelled so everywhere (compile, build, inspect, the cache).
+            arch = "compute_" + arch[3:]
         for field_name, value in zip(_FIELDS, (
                 code, kind, arch, log, MappingProxyType(dict(symbols or {})), name,
                 MappingProxyType(dict(metadata or {})), cache_hit)):

@@ -137,3 +137,51 @@ def test_nvinfo_records_and_errors():
         parse_nvinfo(data[:8])
     with pytest.raises(InvalidOptionError, match="not a cubin"):
         kernel_resources(b"not an elf at all" * 5)
+
+
+def _with_nvinfo(cubin: bytes, content: bytes) -> bytes:
+    from crafted import with_section_bytes
+    return with_section_bytes(cubin, ".nv.info", content)
+
+
+@pytest.mark.parametrize("content, message", [
+    (bytes([4, 0x2F, 4, 0, 3, 0, 0, 0]), "a REGCOUNT record holds 4 bytes; it needs 8"),   # short REGCOUNT
+    (bytes([4, 0x11, 0, 0]), "a FRAME_SIZE record holds 0 bytes"),
+    (bytes([1, 0x50, 0, 0, 3, 0x1B]), "MAXREG_COUNT record at offset 4 has a 2-byte value past"),  # cut HVAL
+    (bytes([1, 0x50, 0, 0, 2, 0x4C]), "NUM_BARRIERS record at offset 4 has a 1-byte value past"),  # cut BVAL
+    (bytes([4, 0x2F, 8, 0, 3, 0]), "REGCOUNT record at offset 0 declares 8 bytes; 2 remain"),
+])
+def test_malformed_nvinfo_records_are_a_clear_error(cubins, tmp_path, content, message):
+    """A short REGCOUNT or a cut-short HVAL/BVAL record exited 70 (ValueError, struct.error,
+    IndexError): the reader refuses the section, and `kjit inspect` still lists the kernels
+    (from the symbol table) with a note saying what it could not read."""
+    import json
+    from click.testing import CliRunner
+    from kjit.cli.main import cli
+    from kjit.formats.nvinfo import NvInfoFormatError
+    bad = _with_nvinfo(cubins["sm_90"].code, content)
+    with pytest.raises(NvInfoFormatError, match=message):
+        kernel_resources(bad)
+    f = tmp_path / "bad.cubin"
+    f.write_bytes(bad)
+    res = CliRunner().invoke(cli, ["inspect", str(f), "--json"])
+    assert res.exit_code == 0, res.output
+    [entry] = json.loads(res.stdout)["entries"]
+    assert entry["kernels"] == [{"name": n} for n in ("bounded", "plain", "tiled")]
+    assert entry["note"].startswith("kernel resources unreadable: ") and message in entry["note"]
+    text = CliRunner().invoke(cli, ["inspect", str(f)])
+    assert text.exit_code == 0 and "kernel resources unreadable" in text.output
+
+
+def test_device_functions_are_not_kernels():
+    """`kjit compile -rdc` listed the device function _Z6helperf as a kernel: entry points
+    are the functions marked as CUDA entries, in objects with and without kernels."""
+    from kjit.formats.elf import ElfFile
+    helper = "__device__ __noinline__ float helper(float x) { return x * 2.0f; }\n"
+    kernel = 'extern "C" __global__ void scale(float* y) { y[0] = helper(y[0]); }\n'
+    rdc = CompileOptions(relocatable=True)
+    only = kjit_compile(helper, arch="sm_90", options=rdc, cache=False)
+    both = kjit_compile(helper + kernel, arch="sm_90", options=rdc, cache=False)
+    assert "_Z6helperf" in {s.name for s in ElfFile(only.code).symbols}
+    assert only.entry_points == () and both.entry_points == ("scale",)
+    assert [k.name for k in kernel_resources(both.code)] == ["scale"]

@@ -41,7 +41,7 @@ def test_compile_to_ptx_with_output(work):
     assert result.exit_code == 0, result.output
     ptx = (work / "saxpy.ptx").read_bytes()
     assert b".target sm_90" in ptx and b".entry saxpy(" in ptx
-    assert "wrote saxpy.ptx (ptx, sm_90" in result.output and "kernels: saxpy" in result.output
+    assert "wrote saxpy.ptx (ptx, compute_90" in result.output and "kernels: saxpy" in result.output
 
 
 def test_compile_cubin_by_default_next_to_the_source(work):

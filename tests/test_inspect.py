@@ -153,3 +153,52 @@ def test_hipfb(tmp_path):
     hsaco = [e for e in d["entries"] if e["kind"] == "hsaco"]
     assert sorted(e["arch"] for e in hsaco) == ["gfx908", "gfx90a"]
     assert all(e["kernels"] == [{"name": "fill"}] for e in hsaco)
+
+
+# --- `kjit build`, `kjit compile` and `kjit inspect` say the same about one file ---------------------
+def _cli_json(*args):
+    r = CliRunner().invoke(cli, [*map(str, args), "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("compress", ["none", "speed"])
+def test_build_reports_each_entry_as_inspect_reads_it(tmp_path, compress):
+    """nvFatbin strips PTX comments and whitespace: build reported the compiler's 1035 B,
+    inspect the 822 B stored. Both now give the sizes the file holds."""
+    src = tmp_path / "k.cu"
+    src.write_text("// a comment nvFatbin drops\n" + SRC)
+    out = tmp_path / "k.fatbin"
+    built = _cli_json("build", src, "--arch", "sm_90", "--arch", "sm_80", "--ptx", "compute_80",
+                      "--compress", compress, "-o", out, "--no-cache")
+    seen = inspect_json(out)
+    assert built["size"] == seen["size"] and len(built["entries"]) == len(seen["entries"]) == 3
+    assert sorted((e["kind"], e["arch"], e["size"], e["stored_size"]) for e in built["entries"]) == \
+        sorted((e["kind"], e["arch"], e["size"], e["stored_size"]) for e in seen["entries"])
+
+
+def test_ptx_is_labelled_with_its_virtual_arch_everywhere(tmp_path):
+    """`kjit compile --emit ptx --arch sm_90` said sm_90, build and inspect compute_90."""
+    src = tmp_path / "k.cu"
+    src.write_text(SRC)
+    out = tmp_path / "k.ptx"
+    compiled = _cli_json("compile", src, "--arch", "sm_90", "--emit", "ptx", "-o", out)
+    assert compiled["arch"] == "compute_90"
+    assert inspect_json(out)["arch"] == inspect_json(out)["entries"][0]["arch"] == "compute_90"
+    assert kjit_compile(SRC, arch="sm_90a", target="ptx", cache=False).arch == "compute_90a"
+
+
+@pytest.mark.skipif(not _hiprtc_available(), reason="hiprtc (libamdhip64) is not installed")
+def test_build_and_inspect_count_the_same_bundle_entries(tmp_path):
+    """A HIP bundle of two code objects: build said 2 entries, inspect 3 (it counted the
+    empty host entry every bundle carries). Both count the code objects."""
+    src = tmp_path / "k.hip"
+    src.write_text('extern "C" __global__ void fill(int* p, int v) { p[threadIdx.x] = v; }\n')
+    out = tmp_path / "k.hipfb"
+    built = _cli_json("build", src, "--backend", "hip", "--arch", "gfx908,gfx90a", "-o", out, "--no-cache")
+    seen = inspect_json(out)
+    assert len(built["entries"]) == len(seen["entries"]) == 2
+    assert sorted((e["arch"], e["size"]) for e in built["entries"]) == \
+        sorted((e["arch"], e["size"]) for e in seen["entries"])
+    r = CliRunner().invoke(cli, ["inspect", str(out)])
+    assert ", 2 entries" in r.output.splitlines()[0]

@@ -389,3 +389,159 @@ def test_zip_larger_than_the_cache_is_refused(tmp_path, monkeypatch):
     big.write_bytes(_zip_with(os.urandom(3 << 20)))
     with pytest.raises(KjitError, match="more than any cache entry may hold"):
         cache.import_(big)
+
+
+# --- crafted structure: what crashed the linkers, quadratic readers, decode totals -----------------
+RDC_SRC = r'''
+__device__ __noinline__ float helper(float x) { return x * 2.0f; }
+extern "C" __global__ void scale(float* y, int n) { if (n) y[0] = helper(y[0]); }
+'''
+
+
+@pytest.fixture(scope="module")
+def rdc_object() -> bytes:
+    from kjit.compiler.options import CompileOptions
+    return kjit_compile(RDC_SRC, arch="sm_90", options=CompileOptions(relocatable=True), cache=False).code
+
+
+def _faults(obj: bytes) -> dict[str, bytes]:
+    """Edits of a real -rdc object that crash nvJitLink (each a segfault before it was checked)."""
+    from crafted import (nvinfo_offset, patch_section, section_index as si, set_section, set_symbol,
+                         symbol_index)
+    helper, text = symbol_index(obj, "_Z6helperf"), si(obj, ".text.scale")
+    graph = obj[ElfFile(obj).section(".nv.callgraph").offset:][:ElfFile(obj).section(".nv.callgraph").size]
+    callee = [k for k in range(0, len(graph), 4) if graph[k:k + 4] == struct.pack("<I", helper)][0]
+    return {
+        "REGCOUNT of no function": patch_section(obj, ".nv.info", nvinfo_offset(obj, ".nv.info", 0x2F),
+                                                 b"\xff\xff\x00\x00"),
+        "call graph edge to a section": patch_section(obj, ".nv.callgraph", callee, b"\x01\0\0\0"),
+        "prototype of no function": patch_section(obj, ".nv.prototype", 0, b"\0\0\0\0"),
+        "PARAM_CBANK of no symbol": patch_section(
+            obj, ".nv.info.scale", nvinfo_offset(obj, ".nv.info.scale", 0x0A), b"\x13\x04\0\0"),
+        "rela sh_info 0xFFFFFFFF": set_section(obj, si(obj, ".rela.debug_frame"), "info", 0xFFFFFFFF),
+        ".nv.info sh_info past the sections": set_section(obj, si(obj, ".nv.info.scale"), "info", 0x10000),
+        ".debug_frame sh_info": set_section(obj, si(obj, ".debug_frame"), "info", 0x7FFFFFFF),
+        ".text sh_info names no function": set_section(obj, text, "info", 0x0100000F),
+        "symbol table misaligned": set_section(obj, si(obj, ".symtab"), "offset", 0x13),
+        "symbol table entry size": set_section(obj, si(obj, ".symtab"), "entsize", 0x13),
+        ".nv.prototype size": set_section(obj, si(obj, ".nv.prototype"), "size", 0x13),
+        "function symbol as an object": set_symbol(obj, helper, "info", (1 << 4) | 1),
+        "function in SHN_ABS": set_symbol(obj, helper, "shndx", 0xFFF1),
+        "symbol in section 500": set_symbol(obj, helper, "shndx", 500),
+        "symbol name past the string table": set_symbol(obj, helper, "name", 0xFFFFFFF0),
+    }
+
+
+FAULTS = [".nv.info sh_info past the sections", "rela sh_info 0xFFFFFFFF", ".debug_frame sh_info",
+          ".text sh_info names no function", "symbol table misaligned", "symbol table entry size",
+          ".nv.prototype size", "function symbol as an object", "function in SHN_ABS",
+          "symbol in section 500", "symbol name past the string table", "REGCOUNT of no function",
+          "call graph edge to a section", "prototype of no function", "PARAM_CBANK of no symbol"]
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_link_refuses_elf_structure_that_crashes_the_linker(rdc_object, tmp_path, fault):
+    """`kjit link` exits 1 naming the file and the fault, where nvJitLink segfaulted (139)."""
+    import subprocess
+    import sys
+    bad = tmp_path / "bad.o"
+    bad.write_bytes(_faults(rdc_object)[fault])
+    res = subprocess.run([sys.executable, "-m", "kjit", "link", str(bad), "--arch", "sm_90",
+                          "-o", str(tmp_path / "out.cubin"), "--no-cache", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, (res.returncode, res.stderr[-300:])
+    err = json.loads(res.stdout)["error"]["message"]
+    assert str(bad) in err and "corrupt ELF, not linked" in err
+    if fault == "rela sh_info 0xFFFFFFFF":
+        assert ".rela.debug_frame" in err and "sh_info 4294967295" in err
+
+
+def test_link_still_takes_the_unedited_object(rdc_object):
+    from kjit.linker import link
+    assert link([rdc_object], arch="sm_90", backend="nvjitlink", cache=False).object.entry_points == ("scale",)
+
+
+def test_crafted_cubin_inside_a_fatbin_is_refused_before_linking(rdc_object):
+    from crafted import fatbin, fatbin_entry
+    from kjit.linker import link
+    bad = _faults(rdc_object)["rela sh_info 0xFFFFFFFF"]
+    with pytest.raises(KjitError, match=r"fatbin entry 0 \(sm_90\), not linked: .*sh_info 4294967295"):
+        link([fatbin(fatbin_entry(bad))], arch="sm_90", backend="nvjitlink", cache=False)
+
+
+def test_crafted_cubin_inside_a_host_object_is_refused_before_linking(rdc_object):
+    from crafted import fatbin, fatbin_entry, host_object
+    from kjit.linker.inputs import normalize
+    assert normalize([host_object(fatbin(fatbin_entry(rdc_object)))])[0].kind == "hostobject"
+    bad = host_object(fatbin(fatbin_entry(_faults(rdc_object)["rela sh_info 0xFFFFFFFF"])))
+    with pytest.raises(KjitError, match=r"link input #0 \(bytes\): corrupt ELF in fatbin entry 0"):
+        normalize([bad])
+
+
+@pytest.mark.parametrize("stride", [0, 24])
+def test_thousands_of_overlapping_symbol_tables_take_no_time(rdc_object, tmp_path, stride):
+    """2000 SYMTAB sections over one symbol table (identical or shifted) took 30 s to inspect:
+    the readers refuse them, in linear time."""
+    from click.testing import CliRunner
+    from crafted import many_symtabs
+    from kjit.cli.main import cli
+    f = tmp_path / "many.cubin"
+    f.write_bytes(many_symtabs(rdc_object, 2000, stride))
+    t0 = time.perf_counter()
+    res = CliRunner().invoke(cli, ["inspect", str(f), "--json"])
+    assert time.perf_counter() - t0 < MAX_SECONDS
+    note = json.loads(res.stdout)["entries"][0]["note"]
+    assert res.exit_code == 0 and ("2001 symbol tables" in note if not stride else "overlap" in note)
+    with pytest.raises(KjitError, match="symbol tables|overlap"):
+        parse_elf(f.read_bytes())
+    assert bounded(parse_elf, f.read_bytes()) is None
+
+
+def test_lz4_entries_have_a_total_budget_checked_before_decoding():
+    """Four entries of 300 MiB each (1.2 GB in all, each under the per-entry cap) are refused
+    from their headers: nothing is decoded."""
+    from crafted import lz4_fatbin
+    fat = lz4_fatbin(*[300 << 20] * 4)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    with pytest.raises(containers.ContainerFormatError, match=r"declare 1258291200 bytes in all"):
+        containers.read_fatbin(fat)
+    peak, seconds = tracemalloc.get_traced_memory()[1], time.perf_counter() - t0
+    tracemalloc.stop()
+    assert seconds < MAX_SECONDS and peak < 3 * len(fat) + (1 << 20)
+
+
+def test_lz4_budget_counts_every_entry(monkeypatch):
+    from crafted import lz4_fatbin
+    monkeypatch.setattr(containers, "MAX_TOTAL_BYTES", 8 << 20)
+    assert [e.size for e in containers.read_fatbin(lz4_fatbin(4 << 20, 4 << 20))] == [4 << 20] * 2
+    with pytest.raises(containers.ContainerFormatError, match="in all"):
+        containers.read_fatbin(lz4_fatbin(4 << 20, 4 << 20, 1 << 20))
+
+
+def test_zstd_entry_of_undeclared_size_stops_at_the_budget(monkeypatch):
+    zstandard = pytest.importorskip("zstandard")
+    from crafted import fatbin, fatbin_entry
+    monkeypatch.setattr(containers, "MAX_TOTAL_BYTES", 1 << 20)
+    frame = zstandard.ZstdCompressor(write_content_size=False).compress(b"\0" * (64 << 20))
+    fat = fatbin(fatbin_entry(frame, flags=containers.FLAG_ZSTD, compressed=len(frame)))
+    tracemalloc.start()
+    with pytest.raises(containers.ContainerFormatError, match="budget"):
+        containers.read_fatbin(fat)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 8 << 20
+
+
+def test_offload_bundle_entries_may_not_overlap():
+    """2000 entries over one 64 KiB code object would be 128 MB of copies."""
+    from crafted import bundle as make_bundle
+    tail = bytes(64 << 10)
+    head = len(make_bundle([("hipv4-amdgcn-amd-amdhsa--gfx90a", 0, 0)] * 2000, b""))
+    data = make_bundle([("hipv4-amdgcn-amd-amdhsa--gfx90a", head, len(tail))] * 2000, tail)
+    tracemalloc.start()
+    with pytest.raises(KjitError, match="entries overlap"):
+        parse_bundle(data)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 4 * len(data)

@@ -139,10 +139,30 @@ def run_build(sources: Sequence[str | os.PathLike[str]], *, output: str | os.Pat
     else:
         out_obj = make_fatbin(objs, compress=compress, name=res.output.name)
         res.entries = [entry(o.kind, o.arch, o.code, o.cache_hit, _ms(o), [o.name]) for o in objs]
+    _sizes_as_stored(res.entries, out_obj)
     (save or _save)(out_obj, res.output)
     res.object = out_obj
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _sizes_as_stored(entries: list[dict], container: Any) -> None:
+    """Report each entry as the output holds it, read back with the reader `kjit inspect`
+    uses: nvFatbin strips PTX comments and whitespace, and compression changes what is
+    stored, so the compiler's own sizes would disagree with the file."""
+    from ..formats.fatbin import entries as read_entries
+    stored = [e for e in read_entries(container.code, container.kind) if e.kind != "host"]
+    if container.kind == "hipfb":  # written in order, one per compiled code object
+        pairs = list(zip(entries, stored))
+    else:
+        pool, pairs = list(stored), []
+        for e in entries:
+            match = next((s for s in pool if (s.kind, s.arch) == (e["kind"], e["arch"])), None)
+            if match is not None:
+                pool.remove(match)
+                pairs.append((e, match))
+    for e, s in pairs:
+        e["size"], e["stored_size"] = s.size, s.stored_size or s.size
 
 
 def _save(obj: Any, path: Path) -> None:

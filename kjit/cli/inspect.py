@@ -23,10 +23,14 @@ def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     entries = []
     names: list[str] = []
     for entry in containers.entries(obj.code, obj.kind):
+        if entry.kind == "host" and not entry.code:
+            continue  # the empty host entry every HIP bundle carries holds no code
         arch = entry.arch or (obj.arch if obj.kind == entry.kind else "") or ""
         d = entry.describe()
         d["arch"] = arch
-        d["kernels"] = _kernels(entry)
+        d["kernels"], problem = _kernels(entry)
+        if problem:
+            d["note"] = "; ".join(filter(None, [d.get("note"), problem]))
         if entry.kind == "ptx" and entry.decoded:
             from ..formats.sniff import _PTX_TARGET_RE, ptx_version
             v = ptx_version(entry.code)
@@ -41,20 +45,25 @@ def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             "symbols": dict(obj.symbols), "kernels": names, "entries": entries}
 
 
-def _kernels(entry: Any) -> list[dict[str, Any]]:
-    """Per-kernel facts for one entry: resources for cubins, names for PTX and AMD code."""
+def _kernels(entry: Any) -> tuple[list[dict[str, Any]], str]:
+    """Per-kernel facts for one entry (resources for cubins, names for PTX and AMD code),
+    and what could not be read: a malformed .nv.info leaves the kernels' names, and says so."""
     if not entry.decoded:
-        return []
+        return [], ""
+    from ..objectcode import ObjectCode
     try:
         if entry.kind in ("cubin", "object"):
             from ..formats.nvinfo import kernel_resources
-            return [k.as_dict() for k in kernel_resources(entry.code)]
+            return [k.as_dict() for k in kernel_resources(entry.code)], ""
         if entry.kind in ("ptx", "hsaco"):
-            from ..objectcode import ObjectCode
-            return [{"name": n} for n in ObjectCode(entry.code, kind=entry.kind).entry_points]
-    except KjitError:
-        return []
-    return []  # LTO-IR is NVVM bitcode: its kernels are known only after linking
+            return [{"name": n} for n in ObjectCode(entry.code, kind=entry.kind).entry_points], ""
+    except KjitError as exc:
+        try:
+            names = [{"name": n} for n in ObjectCode(entry.code, kind=entry.kind).entry_points]
+        except KjitError:
+            names = []
+        return names, f"kernel resources unreadable: {exc}"
+    return [], ""  # LTO-IR is NVVM bitcode: its kernels are known only after linking
 
 
 def _dash(v: Any) -> str:

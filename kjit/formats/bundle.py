@@ -177,6 +177,7 @@ def read_bundle(code: bytes) -> list[Entry]:
     if count > 4096:
         raise InvalidOptionError(f"corrupt offload bundle: claims {count} entries")
     entries = []
+    total = 0
     for _ in range(count):
         offset, size, id_len = take("<QQQ")
         if pos + id_len > len(data):
@@ -187,6 +188,11 @@ def read_bundle(code: bytes) -> list[Entry]:
             raise InvalidOptionError(
                 f"corrupt offload bundle: entry {eid!r} runs past the end of the file "
                 f"({offset}+{size} > {len(data)} bytes)")
+        total += size
+        if total > len(data):  # each entry is a copy: overlapping entries would multiply the file
+            raise InvalidOptionError(
+                f"corrupt offload bundle: its entries hold {total} bytes or more, more than the "
+                f"{len(data)}-byte file (entries overlap)")
         body = data[offset:offset + size]
         offload_kind, triple, target = _parse_id(eid)
         kind = _entry_kind(offload_kind, body)

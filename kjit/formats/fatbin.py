@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import arch as arch_mod
 from ..errors import InvalidOptionError
+from .elf import NOBITS_TYPES
 from .lz4 import lz4_block_decompress
 from .sniff import arch_from_bytes, ptx_version, sniff_kind
 
@@ -132,9 +133,29 @@ def best_entry(items: list[Entry], device_arch: str) -> Entry | None:
 
 def read_fatbin(data: bytes) -> list[Entry]:
     """Every entry of every container in a fatbin image (e.g. a .fatbin file or an
-    .nv_fatbin section). Raises ContainerFormatError naming the offset of what is wrong."""
+    .nv_fatbin section). Raises ContainerFormatError naming the offset of what is wrong.
+
+    Decoding is budgeted as a whole, not only per entry: the declared sizes of all
+    compressed entries together may not pass MAX_TOTAL_BYTES, checked from the headers
+    before anything is decoded."""
     data = bytes(data)
-    out: list[Entry] = []
+    spans = _entry_spans(data)
+    declared = 0
+    for pos, _end in spans:
+        flags, size = _ENTRY.unpack_from(data, pos)[11], _ENTRY.unpack_from(data, pos)[13]
+        if flags & (FLAG_LZ4 | FLAG_ZSTD):
+            declared += size
+    if declared > MAX_TOTAL_BYTES:
+        raise ContainerFormatError(
+            f"fatbin's compressed entries declare {declared} bytes in all, more than the "
+            f"{MAX_TOTAL_BYTES} kjit decodes from one fatbin (crafted, or split it)")
+    budget = [MAX_TOTAL_BYTES]
+    return [_read_entry(data, pos, end, budget) for pos, end in spans]
+
+
+def _entry_spans(data: bytes) -> list[tuple[int, int]]:
+    """(offset of the entry header, end of its container) of every entry, headers checked."""
+    out: list[tuple[int, int]] = []
     off = 0
     while off < len(data):
         if len(data) - off < _CONTAINER.size:
@@ -159,25 +180,27 @@ def read_fatbin(data: bytes) -> list[Entry]:
                 f"entries but only {len(data) - start} remain (file cut short?)")
         pos = start
         while pos < end:
-            entry, pos = _read_entry(data, pos, end)
-            out.append(entry)
+            if end - pos < _ENTRY.size:
+                raise ContainerFormatError(
+                    f"fatbin truncated: entry header at offset {pos} needs {_ENTRY.size} bytes, "
+                    f"{end - pos} remain")
+            header_size, payload_size = struct.unpack_from("<IQ", data, pos + 4)
+            if header_size < _ENTRY.size or pos + header_size + payload_size > end:
+                raise ContainerFormatError(
+                    f"fatbin truncated or corrupt: entry at offset {pos} declares a {header_size}-"
+                    f"byte header and {payload_size}-byte payload, but its container ends at {end}")
+            out.append((pos, end))
+            pos += header_size + payload_size
         off = end
     if not out and not data.startswith(struct.pack("<I", FATBIN_MAGIC)):
         raise ContainerFormatError("not a fatbin: no container header found")
     return out
 
 
-def _read_entry(data: bytes, pos: int, end: int) -> tuple[Entry, int]:
-    if end - pos < _ENTRY.size:
-        raise ContainerFormatError(
-            f"fatbin truncated: entry header at offset {pos} needs {_ENTRY.size} bytes, "
-            f"{end - pos} remain")
+def _read_entry(data: bytes, pos: int, end: int, budget: list[int]) -> Entry:
+    """The entry whose header `_entry_spans` found at `pos`; budget[0]: bytes still to decode."""
     (kind_code, _ver, header_size, payload_size, compressed_size, options_off, minor, major,
      sm, name_off, name_len, flags, _reserved, uncompressed_size) = _ENTRY.unpack_from(data, pos)
-    if header_size < _ENTRY.size or pos + header_size + payload_size > end:
-        raise ContainerFormatError(
-            f"fatbin truncated or corrupt: entry at offset {pos} declares a {header_size}-byte "
-            f"header and {payload_size}-byte payload, but its container ends at {end}")
     header = data[pos:pos + header_size]
     name = _cstring(header, name_off, name_len)
     options = _options(header, options_off)
@@ -189,7 +212,8 @@ def _read_entry(data: bytes, pos: int, end: int) -> tuple[Entry, int]:
     code, decoded, note = stored, True, ""
     if compression:
         stored = stored[:compressed_size] if compressed_size else stored
-        code, note = _decompress(compression, stored, uncompressed_size, flags)
+        code, note = _decompress(compression, stored, uncompressed_size, flags, budget[0])
+        budget[0] -= len(code or b"")
         decoded = code is not None
         code = code if code is not None else stored
     elif flags & FLAG_OBFUSCATED:
@@ -200,7 +224,7 @@ def _read_entry(data: bytes, pos: int, end: int) -> tuple[Entry, int]:
                   compression=compression, decoded=decoded,
                   ptx_version=(major, minor) if kind == "ptx" else None, options=options,
                   flags=flags, note=note)
-    return entry, pos + header_size + payload_size
+    return entry
 
 
 def _cstring(header: bytes, off: int, length: int) -> str:
@@ -242,7 +266,7 @@ def _elf_extent(code: bytes) -> int:
             return len(code)
         sh_type, = struct.unpack_from("<I", code, at + 4)
         sh_off, sh_size = struct.unpack_from("<QQ", code, at + 24)
-        if sh_type != 8:  # SHT_NOBITS occupies no file space
+        if sh_type not in NOBITS_TYPES:  # these occupy no file space
             extent = max(extent, sh_off + sh_size)
     return min(extent, len(code))
 
@@ -250,22 +274,28 @@ def _elf_extent(code: bytes) -> int:
 # A fatbin entry's declared uncompressed size is trusted only this far: decoding never
 # holds more than the declared size, and the declared size itself is capped.
 MAX_ENTRY_BYTES = 1 << 30
+# ...and all entries of one fatbin together decode to at most this much.
+MAX_TOTAL_BYTES = 1 << 30
 
 
-def _decompress(method: str, stored: bytes, size: int, flags: int) -> tuple[bytes | None, str]:
+def _decompress(method: str, stored: bytes, size: int, flags: int,
+                budget: int = MAX_TOTAL_BYTES) -> tuple[bytes | None, str]:
     if flags & FLAG_OBFUSCATED:
         return None, "compressed and stored in a form only NVIDIA's tools decode"
     if size > MAX_ENTRY_BYTES:
         raise ContainerFormatError(f"corrupt {method} entry in fatbin: it declares {size} "
                                    f"uncompressed bytes, more than the {MAX_ENTRY_BYTES} kjit accepts")
+    limit = min(MAX_ENTRY_BYTES, budget)  # an entry of unknown size decodes this far at most
     try:
         if method == "lz4":
-            return lz4_block_decompress(stored, size, MAX_ENTRY_BYTES), ""
+            return lz4_block_decompress(stored, size, limit), ""
         zstd = _zstd_decompressor()
         if zstd is None:
             return None, ("zstd-compressed; install the 'zstandard' package to read it, or "
                           "build with --compress none")
-        out = zstd(stored, size or MAX_ENTRY_BYTES)
+        out = zstd(stored, size or limit)
+        if not size and len(out) > limit:
+            raise ValueError(f"decodes to more than the {limit} bytes left of kjit's budget")
         if size and len(out) != size:
             raise ValueError(f"decodes to {'more' if len(out) > size else len(out)} bytes, "
                              f"not the {size} its header declares")

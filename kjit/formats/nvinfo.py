@@ -15,6 +15,9 @@ machine, cuFuncGetAttribute):
 
 `.nv.info` records are (format u8, attribute u8, value): EIFMT_NVAL has no value, BVAL a
 byte, HVAL a u16, SVAL a u16 length and that many bytes; every record is 4-byte aligned.
+A record cut short by the end of its section, or a per-symbol record (REGCOUNT, FRAME_SIZE,
+...) shorter than its 8 bytes, makes the section malformed: NvInfoFormatError says which
+record, rather than a figure read from the wrong bytes.
 """
 from __future__ import annotations
 
@@ -23,35 +26,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .elf import ElfFile, ElfFormatError
+from .nvrecords import EIATTR, Attribute, NvInfoFormatError, parse_nvinfo  # noqa: F401 (re-exported)
 from ..errors import InvalidOptionError
-
-EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL, EIFMT_SVAL = 1, 2, 3, 4
-
-EIATTR = {
-    0x04: "CTAIDZ_USED", 0x05: "MAX_THREADS", 0x0A: "PARAM_CBANK", 0x0F: "EXTERNS",
-    0x10: "REQNTID", 0x11: "FRAME_SIZE", 0x12: "MIN_STACK_SIZE", 0x17: "KPARAM_INFO",
-    0x19: "CBANK_PARAM_SIZE", 0x1B: "MAXREG_COUNT", 0x1C: "EXIT_INSTR_OFFSETS",
-    0x23: "MAX_STACK_SIZE", 0x2F: "REGCOUNT", 0x37: "CUDA_API_VERSION", 0x4C: "NUM_BARRIERS",
-}
-_BY_NAME = {v: k for k, v in EIATTR.items()}
 
 # Shared memory that sm_90+ cubins place at the start of every kernel's shared window.
 SYSTEM_RESERVED_SHARED = 1024
-
-
-@dataclass(frozen=True)
-class Attribute:
-    format: int
-    code: int
-    value: Any            # None, int (BVAL/HVAL) or bytes (SVAL)
-
-    @property
-    def name(self) -> str:
-        return EIATTR.get(self.code, f"0x{self.code:02x}")
-
-    def u32s(self) -> tuple[int, ...]:
-        raw = self.value if isinstance(self.value, bytes) else b""
-        return struct.unpack_from(f"<{len(raw) // 4}I", raw)
 
 
 @dataclass(frozen=True)
@@ -89,32 +68,11 @@ class KernelResources:
         return d
 
 
-def parse_nvinfo(data: bytes) -> list[Attribute]:
-    """The records of one .nv.info section."""
-    out: list[Attribute] = []
-    off = 0
-    while off + 2 <= len(data):
-        fmt, code = data[off], data[off + 1]
-        if fmt == EIFMT_SVAL:
-            if off + 4 > len(data):
-                raise InvalidOptionError(f"truncated .nv.info record at offset {off}")
-            (n,) = struct.unpack_from("<H", data, off + 2)
-            if off + 4 + n > len(data):
-                raise InvalidOptionError(f"truncated .nv.info record at offset {off}")
-            out.append(Attribute(fmt, code, bytes(data[off + 4:off + 4 + n])))
-            off += 4 + n
-        elif fmt == EIFMT_HVAL:
-            out.append(Attribute(fmt, code, struct.unpack_from("<H", data, off + 2)[0]))
-            off += 4
-        elif fmt == EIFMT_BVAL:
-            out.append(Attribute(fmt, code, data[off + 2]))
-            off += 4
-        elif fmt == EIFMT_NVAL:
-            out.append(Attribute(fmt, code, None))
-            off += 4
-        else:
-            raise InvalidOptionError(f"unknown .nv.info record format {fmt} at offset {off}")
-    return out
+# Global .nv.info attributes that are (symbol index u32, value u32) pairs.
+_PER_SYMBOL = ("REGCOUNT", "FRAME_SIZE", "MIN_STACK_SIZE", "MAX_STACK_SIZE")
+def _int(attr: Attribute | None) -> int | None:
+    """A BVAL/HVAL attribute's number; None where it is absent or has another format."""
+    return attr.value if attr is not None and isinstance(attr.value, int) else None
 
 
 def kernel_resources(cubin: bytes) -> list[KernelResources]:
@@ -131,17 +89,29 @@ def kernel_resources(cubin: bytes) -> list[KernelResources]:
     per_symbol: dict[str, dict[str, int]] = {}
     if ".nv.info" in sections:
         for attr in parse_nvinfo(elf.section_bytes(sections[".nv.info"])):
-            if attr.name in ("REGCOUNT", "FRAME_SIZE", "MIN_STACK_SIZE", "MAX_STACK_SIZE"):
-                sym_index, value = attr.u32s()[:2]
+            if attr.name in _PER_SYMBOL:
+                pair = attr.u32s()
+                if len(pair) < 2:
+                    raise NvInfoFormatError(
+                        f"malformed .nv.info: a {attr.name} record holds "
+                        f"{len(attr.value) if isinstance(attr.value, bytes) else 0} bytes; it needs "
+                        "8 (a symbol index and a value)")
+                sym_index, value = pair[:2]
                 if sym_index < len(symbols):
                     per_symbol.setdefault(symbols[sym_index].name, {})[attr.name] = value
 
     reserved = SYSTEM_RESERVED_SHARED if elf.cuda_sm >= 90 else 0
+    parsed: dict[tuple[int, int], list[Attribute]] = {}
     out = []
     for name in elf.cuda_kernels():
         glob = per_symbol.get(name, {})
-        attrs = parse_nvinfo(elf.section_bytes(sections[f".nv.info.{name}"])) \
-            if f".nv.info.{name}" in sections else []
+        sec = sections.get(f".nv.info.{name}")
+        attrs = []
+        if sec is not None:  # sections naming the same bytes are parsed once
+            span = (sec.offset, sec.size)
+            if span not in parsed:
+                parsed[span] = parse_nvinfo(elf.section_bytes(sec))
+            attrs = parsed[span]
         first = {}
         for a in attrs:
             first.setdefault(a.name, a)
@@ -152,8 +122,9 @@ def kernel_resources(cubin: bytes) -> list[KernelResources]:
         shared_sec = sections.get(f".nv.shared.{name}")
         shared_raw = shared_sec.size if shared_sec is not None else 0
         const = sections.get(f".nv.constant0.{name}")
-        dims = first["MAX_THREADS"].u32s() if "MAX_THREADS" in first else None
-        reqntid = first["REQNTID"].u32s() if "REQNTID" in first else None
+        # At most three dimensions: a crafted record must not make a product of thousands.
+        dims = first["MAX_THREADS"].u32s()[:3] if "MAX_THREADS" in first else None
+        reqntid = first["REQNTID"].u32s()[:3] if "REQNTID" in first else None
         bound = dims or reqntid
         max_threads = None
         if bound:
@@ -170,10 +141,9 @@ def kernel_resources(cubin: bytes) -> list[KernelResources]:
             shared_bytes=max(shared_raw - reserved, 0), shared_section_bytes=shared_raw,
             local_bytes=glob.get("FRAME_SIZE", 0), stack_bytes=glob.get("MIN_STACK_SIZE", 0),
             const_bytes=const.size if const is not None else 0,
-            param_bytes=first["CBANK_PARAM_SIZE"].value if "CBANK_PARAM_SIZE" in first else None,
+            param_bytes=_int(first.get("CBANK_PARAM_SIZE")),
             max_threads=max_threads, max_threads_dims=tuple(dims) if dims else None,
             reqntid=tuple(reqntid) if reqntid else None,
-            max_registers=first["MAXREG_COUNT"].value if "MAXREG_COUNT" in first else None,
-            barriers=first["NUM_BARRIERS"].value if "NUM_BARRIERS" in first else None,
+            max_registers=_int(first.get("MAXREG_COUNT")), barriers=_int(first.get("NUM_BARRIERS")),
             params=tuple(sorted(params, key=lambda p: p.ordinal))))
     return out

@@ -82,6 +82,32 @@ def _host_object(code: bytes) -> bool:
     return True
 
 
+def check_structure(code: bytes, kind: str) -> None:
+    """Refuse bytes that would crash a linker. nvJitLink and cuLink trust a cubin's section
+    and symbol indexes (a bad sh_info is a segfault) and a fatbin's entry headers (an LZ4
+    entry that decodes past its declared size): every ELF, and every cubin inside a fatbin
+    or host object, is checked first (kjit.formats.elfcheck)."""
+    from ..formats.elfcheck import check_linkable
+    from ..formats.fatbin import read_fatbin
+    if kind in ("cubin", "object", "hostobject"):
+        try:
+            elf = check_linkable(code)
+        except ElfFormatError as exc:
+            raise ElfFormatError(f"corrupt ELF, not linked: {exc}") from None
+        if kind != "hostobject":
+            return
+        sec = elf.section(".nv_fatbin") or elf.section("__nv_relfatbin")
+        code, kind = (elf.section_bytes(sec), "fatbin") if sec is not None else (b"", "")
+    if kind == "fatbin":
+        for i, entry in enumerate(read_fatbin(code)):
+            if entry.kind == "cubin" and entry.decoded:
+                try:
+                    check_linkable(entry.code)
+                except ElfFormatError as exc:
+                    raise ElfFormatError(f"corrupt ELF in fatbin entry {i} ({entry.arch}), not "
+                                         f"linked: {exc}") from None
+
+
 def _digest_bytes(kind: str, code: bytes) -> str:
     h = hashlib.sha256(f"{kind}\0\0".encode())
     h.update(code)
@@ -94,16 +120,12 @@ def _from_object(obj: ObjectCode, path: Path | None, label: str) -> dict[str, An
         raise InvalidOptionError(
             f"link input {label} is {obj.kind!r} (AMD code): the CUDA linkers take PTX, cubin, "
             "fatbin, LTO-IR, host objects and archives")
-    if obj.kind == "fatbin":
-        # The linkers trust a fatbin's headers (nvJitLink crashes on an LZ4 entry that
-        # decodes past its declared size): check every entry first.
-        from ..formats.fatbin import read_fatbin
-        try:
-            read_fatbin(obj.code)
-        except InvalidOptionError as exc:
-            raise InvalidOptionError(f"link input {label}: {exc}") from None
+    try:
+        check_structure(obj.code, obj.kind)
+    except InvalidOptionError as exc:
+        raise InvalidOptionError(f"link input {label}: {exc}") from None
     # Key on what the bytes say (arch=None re-derives it): a PTX file read from disk and the
-    # same PTX fresh from kjit.compile (labelled sm_90, not compute_90) are one input.
+    # same PTX fresh from kjit.compile are one input.
     return dict(code=obj.code, kind=obj.kind, digest=digest(obj.with_(arch=None)), arch=obj.arch, path=path,
                 symbols=dict(obj.symbols), base=obj.name)
 
@@ -116,6 +138,7 @@ def _one(item: Any, index: int) -> dict[str, Any]:
         code = bytes(item)
         try:
             if _host_object(code):
+                check_structure(code, "hostobject")
                 return dict(code=code, kind="hostobject", digest=_digest_bytes("hostobject", code),
                             base=f"input{index}")
             return _from_object(ObjectCode(code, name=f"input{index}"), None, label)
@@ -132,6 +155,7 @@ def _one(item: Any, index: int) -> dict[str, Any]:
         code = path.read_bytes()
         try:
             if _host_object(code):
+                check_structure(code, "hostobject")
                 return dict(code=code, kind="hostobject", digest=_digest_bytes("hostobject", code),
                             path=path, base=path.name)
             obj = ObjectCode.from_file(path)
