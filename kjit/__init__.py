@@ -39,6 +39,7 @@ _LAZY = {
     "InOut": "kjit.runtime.memory",
     "cdiv": "kjit.runtime.kernel",
     "kernel": "kjit.decorator",
+    "autotune": "kjit.tune",
 }
 _SUBMODULES = ("cache",)
 
@@ -94,6 +95,7 @@ if TYPE_CHECKING:  # static checkers see the real names
     from .arch import Arch
     from .compiler.options import CompileOptions
     from .decorator import kernel
+    from .tune import autotune
     from .linker import LinkOptions, LinkResult, link
     from .objectcode import ObjectCode
     from .runtime.context import Context, Device, synchronize
