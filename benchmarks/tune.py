@@ -114,7 +114,7 @@ def run() -> dict:
         for c, rec in zip(r.candidates, r.records):
             if (rec or {}).get("status") != "ok":
                 continue
-            grid, block, shared = c.config.resolve(dict(zip(["A", "B", "C", "M", "N", "K"], args)))
+            grid, block, shared = c.geometry(dict(zip(["A", "B", "C", "M", "N", "K"], args)))
             launch = c.launcher(grid, block, shared, None)
             retimed[c.index] = bench(lambda: launch(*args), rep_ms=300)["ms"]
         best = min(retimed, key=retimed.get)

@@ -82,6 +82,10 @@ class Candidate:
                                 f"or a kjit.Kernel, got {type(target).__name__}")
         self.source_sha = sha256(self.source.encode()).hexdigest()
 
+    def geometry(self, named: dict[str, Any]) -> tuple[Any, Any, int]:
+        """(grid, block, shared_mem) for a launch with these named arguments."""
+        return self.config.resolve(named, self.function.params if self.function is not None else None)
+
     def options_key(self) -> Any:
         return self.options.describe() if self.options is not None else None
 

@@ -78,9 +78,11 @@ class Config:
                 parts.append(f"{name}={v}")
         return ", ".join(parts) or "(defaults)"
 
-    def resolve(self, named: Mapping[str, Any]) -> tuple[Any, Any, int]:
-        """(grid, block, shared_mem) for one launch; `named` maps argument names to values."""
-        m = _Meta(named, self.params)
+    def resolve(self, named: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+                ) -> tuple[Any, Any, int]:
+        """(grid, block, shared_mem) for one launch; `named` maps argument names to values,
+        `defaults` holds the kernel's compile-time parameters this config leaves as they are."""
+        m = _Meta(named, dict(defaults or {}, **self.params))
         block = _call(self.block, m, "block")
         if block is None:
             raise ArgumentError("no block size: give Config(block=...) or autotune(block=...)")

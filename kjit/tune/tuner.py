@@ -39,7 +39,7 @@ class Result:
         """Launch the chosen candidate with the geometry its configuration gives these args."""
         named = keys_mod.name_args(self._names, args, kwargs, self.candidate.name)
         ordered = list(named.values()) if self._names is None else [named[n] for n in self._names]
-        grid, block, shared = self.config.resolve(named)
+        grid, block, shared = self.candidate.geometry(named)
         self.candidate.launcher(grid, block, shared, stream)(*ordered)
 
     def table(self) -> list[dict[str, Any]]:
@@ -160,7 +160,7 @@ class Tuner:
         from .timing import bench
         from ..runtime.stream import as_handle
         try:
-            grid, block, shared = c.config.resolve(named)
+            grid, block, shared = c.geometry(named)
             problem = limit_problem(c.loaded(), block, shared)
             if problem:
                 return {"status": "skipped", "reason": problem}
@@ -178,9 +178,10 @@ class Tuner:
 
 
 def _first_lines(exc: BaseException, n: int = 6) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    lines = text.splitlines()
-    return "\n".join(lines[:n]) + (f"\n... ({len(lines) - n} more lines)" if len(lines) > n else "")
+    """The reason kept for a failed candidate: the error's first line and its error lines."""
+    lines = f"{type(exc).__name__}: {exc}".splitlines()
+    errors = [ln.strip() for ln in lines[1:] if "error" in ln.lower()][:4]
+    return "\n".join([lines[0], *errors] if errors else lines[:n])
 
 
 class _NoBar:
