@@ -3,8 +3,8 @@
 Like triton.testing.do_bench: one launch estimates the time, then warm-up launches for
 about `warmup_ms`, then timed repeats for about `rep_ms` (at least `min_reps`), each between
 its own pair of events, and the median is kept. Buffers named in `reset_to_zero` are zeroed
-before every launch and those in `restore_value` are put back after each candidate, both
-outside the timed region."""
+before every launch; those and the ones in `restore_value` are put back after each
+candidate, all outside the timed region."""
 from __future__ import annotations
 
 import statistics
@@ -52,7 +52,8 @@ class Protected:
         self.zero = [device_buffer(n, named[n]) for n in zero]
         self.saved: list[tuple[int, int, Any]] = []
         drv = driver.bindings()
-        for n in restore:
+        # zeroed buffers are saved too, so the launch after tuning sees what the caller left
+        for n in dict.fromkeys([*restore, *zero]):
             ptr, size = device_buffer(n, named[n])
             from ..runtime.memory import empty
             copy = empty(max(size, 1), dtype="uint8")
