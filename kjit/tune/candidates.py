@@ -16,19 +16,23 @@ from .config import Config
 
 def compile_candidates(items: list[dict[str, Any]], arch: str | None) -> list[Any]:
     """ObjectCode or the exception, per item in order: in parallel worker processes through
-    kjit.compile_many where kjit has it, else one at a time."""
-    import kjit
+    compile_many where kjit has it, else one at a time."""
     if not items:
         return []
-    if hasattr(kjit, "compile_many"):
-        return kjit.compile_many(items, arch=arch, target="cubin", errors="return", progress=False)
+    try:
+        from ..compiler.many import compile_many   # type: ignore[import-not-found]
+    except ImportError:
+        compile_many = None
+    if compile_many is not None:
+        return compile_many(items, arch=arch, target="cubin", errors="return", progress=False)
+    from ..compiler.api import compile as compile_one
     out: list[Any] = []
     for item in items:
         try:
-            out.append(kjit.compile(item["source"], arch=item.get("arch") or arch, target="cubin",
-                                    options=item.get("options"),
-                                    name_expressions=item.get("name_expressions") or (),
-                                    name=item.get("name")))
+            out.append(compile_one(item["source"], arch=item.get("arch") or arch, target="cubin",
+                                   options=item.get("options"),
+                                   name_expressions=item.get("name_expressions") or (),
+                                   name=item.get("name")))
         except Exception as exc:   # a candidate that does not compile is skipped, its reason kept
             out.append(exc)
     return out

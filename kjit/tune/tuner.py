@@ -7,7 +7,8 @@ import sys
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ArgumentError, DriverError, KjitError
-from . import keys as keys_mod, store
+from .keys import current_device, key_values, name_args, parameter_names
+from .store import Transient, get_or_measure, peek, record_key
 from .candidates import Candidate, compile_candidates, limit_problem
 from .config import Config, check_configs, mode
 
@@ -37,7 +38,7 @@ class Result:
 
     def launch(self, *args: Any, stream: Any = None, **kwargs: Any) -> None:
         """Launch the chosen candidate with the geometry its configuration gives these args."""
-        named = keys_mod.name_args(self._names, args, kwargs, self.candidate.name)
+        named = name_args(self._names, args, kwargs, self.candidate.name)
         ordered = list(named.values()) if self._names is None else [named[n] for n in self._names]
         grid, block, shared = self.candidate.geometry(named)
         self.candidate.launcher(grid, block, shared, stream)(*ordered)
@@ -84,21 +85,21 @@ class Tuner:
                                 for i, c in enumerate(self.configs)]
             if self.arg_names is None:
                 src = self._candidates[0].source
-                self.arg_names = keys_mod.parameter_names(src, self._candidates[0].name) if src else None
+                self.arg_names = parameter_names(src, self._candidates[0].name) if src else None
             if self.label is None:
                 self.label = self._candidates[0].name
         return self._candidates
 
     def name(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         self.candidates()
-        return keys_mod.name_args(self.arg_names, args, kwargs, self.label or "kernel")
+        return name_args(self.arg_names, args, kwargs, self.label or "kernel")
 
     # --- choosing -----------------------------------------------------------------------
     def choose(self, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None,
                stream: Any = None) -> Result:
         """The Result for these arguments: remembered, else stored, else tuned now."""
         named = self.name(args, kwargs or {})
-        kv = keys_mod.key_values(self.key, named)
+        kv = key_values(self.key, named)
         memo = json.dumps(kv, sort_keys=True)
         found = self._chosen.get(memo)
         if found is None:
@@ -110,10 +111,10 @@ class Tuner:
         how, fixed = mode(len(cands))
         if how != "tune":
             return Result(cands[fixed], cands, [None] * len(cands), kv, 0, how, self.arg_names)
-        device = self.device or keys_mod.current_device()
-        rkeys = [store.record_key(c.name, c.source_sha, c.options_key(), c.exprs, device, kv,
+        device = self.device or current_device()
+        rkeys = [record_key(c.name, c.source_sha, c.options_key(), c.exprs, device, kv,
                                   c.config.describe()) for c in cands]
-        records: list[dict | None] = [store.peek(k) for k in rkeys]
+        records: list[dict | None] = [peek(k) for k in rkeys]
         missing = [c for c, r in zip(cands, records) if r is None]
         measured = 0
         if missing:
@@ -126,10 +127,10 @@ class Tuner:
             with _progress(self.progress, len(missing), f"tuning {self.label}") as bar:
                 for c in missing:
                     try:
-                        rec, here = store.get_or_measure(
+                        rec, here = get_or_measure(
                             rkeys[c.index], f"{self.label} [{c.config.label()}]",
                             lambda c=c: self._measure(c, named, ordered, stream, protected))
-                    except store.Transient as t:
+                    except Transient as t:
                         rec, here = t.record, True
                     records[c.index] = rec
                     measured += here
@@ -173,7 +174,7 @@ class Tuner:
                 if protected:
                     protected.restore(handle)
         except (DriverError, ArgumentError) as exc:   # not kept: may be this run's arguments
-            raise store.Transient({"status": "error", "reason": _first_lines(exc)}) from None
+            raise Transient({"status": "error", "reason": _first_lines(exc)}) from None
         return {"status": "ok", **res}
 
 
