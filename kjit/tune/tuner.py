@@ -76,6 +76,7 @@ class Tuner:
         self.progress, self.label = progress, label
         self._candidates: list[Candidate] | None = None
         self._chosen: dict[str, Result] = {}
+        self._current: Callable[[], int] | None = None
 
     # --- candidates and names -----------------------------------------------------------
     def candidates(self) -> list[Candidate]:
@@ -101,6 +102,11 @@ class Tuner:
         named = self.name(args, kwargs or {})
         kv = key_values(self.key, named)
         memo = json.dumps(kv, sort_keys=True)
+        if self.device is None:   # a choice belongs to a device: the context current now
+            if self._current is None:
+                from ..runtime.libcuda import current_context_fn
+                self._current = current_context_fn()
+            memo += f"@{self._current()}"
         found = self._chosen.get(memo)
         if found is None:
             found = self._chosen[memo] = self._tune(named, kv, stream)
