@@ -114,7 +114,8 @@ __device__ __forceinline__ void sgemm_tile(int M, int N, int K, const float* __r
 }
 
 // C = A @ B, row-major, M % BM == N % BN == K % BK == 0
-extern "C" __global__ void __launch_bounds__((BM / TM) * (BN / TN))
+#define SGEMM_THREADS ((BM / TM) * (BN / TN))
+extern "C" __global__ void __launch_bounds__(SGEMM_THREADS)
 sgemm(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
       int M, int N, int K) {
     sgemm_tile<BM, BN, BK, TM, TN>(M, N, K, A, B, C);
