@@ -213,3 +213,18 @@ def test_defines_are_part_of_a_config():
     timer = FakeTimer()
     r = make([Config(BS=64, defines={"FAST": 1}), Config(BS=64)], timer).tune(None, 2.0, 100)
     assert len(timer.calls) == 2 and r.candidates[0].options.defines == (("FAST", "1"),)
+
+
+def test_outputs_to_protect_must_be_contiguous_device_arrays():
+    from kjit.tune.timing import device_buffer
+
+    class Fake:
+        def __init__(self, strides):
+            self.__cuda_array_interface__ = {"shape": (4, 4), "typestr": "<f4", "data": (4096, False),
+                                             "strides": strides, "version": 3}
+    assert device_buffer("y", Fake(None)) == (4096, 64)
+    assert device_buffer("y", Fake((16, 4))) == (4096, 64)
+    with pytest.raises(ArgumentError, match="'y'.*must be contiguous"):
+        device_buffer("y", Fake((4, 16)))
+    with pytest.raises(ArgumentError, match="'n' is named in restore_value/reset_to_zero but is a int"):
+        device_buffer("n", 3)

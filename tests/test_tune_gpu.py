@@ -132,3 +132,22 @@ def test_every_sgemm_config_that_compiles_is_correct():
         assert err < 1e-5, (cfg, err)
         ran += 1
     assert ran >= 32
+
+
+def test_tuning_kernels_loaded_by_hand():
+    kernels = []
+    for per in (1, 4):
+        src = f'''extern "C" __global__ void add(const float* x, float* y, int n) {{
+            int i = (blockIdx.x * blockDim.x + threadIdx.x) * {per};
+            for (int u = 0; u < {per}; ++u) if (i + u < n) y[i + u] += x[i + u]; }}'''
+        kernels.append(kjit.load(kjit.compile(src)).get_function("add"))
+    n = 1 << 18
+    X, Y = kjit.to_device(np.ones(n, np.float32)), kjit.zeros(n, "float32")
+    cfgs = [Config(PER=1, block=256, grid=n // 256), Config(PER=4, block=256, grid=n // 1024)]
+    r = kjit.autotune.tune(kernels, cfgs, (X, Y, n), key=["n"], restore_value=["y"],
+                           rep_ms=5, warmup_ms=2)
+    assert r.candidate.loaded() is kernels[r.index] and r.measured == 2
+    np.testing.assert_array_equal(Y.get(), np.zeros(n, np.float32))
+    r.launch(X, Y, n)
+    kjit.synchronize()
+    np.testing.assert_array_equal(Y.get(), np.ones(n, np.float32))

@@ -85,8 +85,11 @@ class Tuner:
             self._candidates = [Candidate(i, c, make[i] if isinstance(make, list) else make(c))
                                 for i, c in enumerate(self.configs)]
             if self.arg_names is None:
-                src = self._candidates[0].source
-                self.arg_names = parameter_names(src, self._candidates[0].name) if src else None
+                first = self._candidates[0]
+                if first.source:
+                    self.arg_names = parameter_names(first.source, first.name)
+                elif first.kernel is not None:   # loaded by hand: the names it was typed with
+                    self.arg_names = [p.name for p in first.kernel.params] or None
             if self.label is None:
                 self.label = self._candidates[0].name
         return self._candidates
