@@ -38,6 +38,7 @@ def test_ls_show_and_clear(monkeypatch):
     code, text = run("tune", "show", "ffffffffffff")
     assert code == 1 and "no tuning result has an ID starting with" in text
 
+    assert len(json.loads(run("tune", "ls", "--kernel", "cal", "--json")[1])) == 2
     code, out = run("tune", "clear", "--kernel", "nothing-like-it", "--json")
     assert (code, json.loads(out)) == (0, {"removed": 0})
     code, out = run("tune", "clear", "--json")

@@ -117,9 +117,11 @@ def entries(kernel: str | None = None) -> list[dict[str, Any]]:
     config and result."""
     from ..cache import ops
     out = []
-    for meta in ops.ls(kernel=LABEL_PREFIX + (kernel or ""), sort="created", reverse=True):
+    for meta in ops.ls(kernel=LABEL_PREFIX, sort="created", reverse=True):
         info = meta.get("autotune")
         if meta.get("namespace") != NAMESPACE or not isinstance(info, dict):
+            continue
+        if kernel and kernel not in str(info.get("kernel")):
             continue
         rec = _record_of(meta["key"])
         out.append({"entry": meta["key"], **info, "result": rec, "created": meta.get("created")})
