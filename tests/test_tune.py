@@ -208,6 +208,13 @@ def test_tuning_hand_built_requests():
                             cfgs, (None, 2.0, 100), key=["n"], timer=FakeTimer(), device=DEVICE, arch="sm_90")
     assert r2.measured == 0 and r2.index == 0
 
+    @kjit.kernel(arch="sm_90")
+    def scale(BS=128, UNROLL=1):
+        return scale_source(BS, UNROLL)
+    timer3 = FakeTimer({128: 0.1})
+    r3 = kjit.autotune.tune(scale, cfgs, (None, 2.0, 100), key=["n"], timer=timer3, device=DEVICE)
+    assert r3.index == 1 and len(timer3.calls) == 2
+
 
 def test_defines_are_part_of_a_config():
     timer = FakeTimer()

@@ -90,10 +90,15 @@ def tune(candidates: Any, configs: Sequence[Config], args: Sequence[Any] = (), *
          **options: Any) -> Result:
     """Tune kernels built by hand: `candidates` is a function of a Config returning a
     kjit.Kernel, a compile request {"source", "kernel", "options", "name_expressions"} or a
-    @kjit.kernel function, or a list of those (one per config). Times them on `args` and
+    @kjit.kernel function, or a list of those (one per config), or one @kjit.kernel (its
+    specialisations with each config's params). Times them on `args` and
     returns the Result (`.config`, `.candidate.loaded()`, `.launch(*args)`); the choice is
     stored as for @kjit.autotune. `options`: as for autotune (block, grid, restore_value...)."""
-    if not callable(candidates):
+    from ..decorator import KernelFunction
+    if isinstance(candidates, KernelFunction):   # one @kjit.kernel: its specialisations
+        function = candidates
+        candidates = lambda c: function.specialize(**c.params)   # noqa: E731
+    elif not callable(candidates):
         candidates = list(candidates)
         if len(candidates) != len(configs):
             raise ArgumentError(f"{len(candidates)} candidates for {len(configs)} configs: give one "
