@@ -213,7 +213,9 @@ def test_tuning_hand_built_requests():
         return scale_source(BS, UNROLL)
     timer3 = FakeTimer({128: 0.1})
     r3 = kjit.autotune.tune(scale, cfgs, (None, 2.0, 100), key=["n"], timer=timer3, device=DEVICE)
-    assert r3.index == 1 and len(timer3.calls) == 2
+    assert r3.index == 0 and timer3.calls == []   # the same sources as above: their records
+    r4 = kjit.autotune.tune(scale, cfgs, (None, 2.0, 200), key=["n"], timer=timer3, device=DEVICE)
+    assert r4.index == 1 and len(timer3.calls) == 2
 
 
 def test_defines_are_part_of_a_config():
