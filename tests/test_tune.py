@@ -237,3 +237,11 @@ def test_outputs_to_protect_must_be_contiguous_device_arrays():
         device_buffer("y", Fake((4, 16)))
     with pytest.raises(ArgumentError, match="'n' is named in restore_value/reset_to_zero but is a int"):
         device_buffer("n", 3)
+
+
+def test_with_the_cache_off_nothing_is_kept(monkeypatch):
+    monkeypatch.setenv("KJIT_CACHE", "0")
+    for _ in range(2):
+        timer = FakeTimer()
+        make(CONFIGS[:2], timer).tune(None, 2.0, 4096)
+        assert len(timer.calls) == 2
