@@ -79,6 +79,9 @@ def test_arrays_are_keyed_by_dtype_and_shape():
             self.shape, self.dtype = shape, dtype
     assert key_value("x", Arr((4, 8), "float32")) == {"shape": [4, 8], "dtype": "float32"}
     assert key_value("x", Arr((4, 8), "float32")) != key_value("x", Arr((4, 8), "float16"))
+    class KjitLike(Arr):   # a kjit array: its typestr, so that numpy is not needed
+        typestr = "<f4"
+    assert key_value("x", KjitLike((4, 8), None)) == key_value("x", Arr((4, 8), "float32"))
     with pytest.raises(ArgumentError, match="'s' is a object"):
         key_value("s", object())
 

@@ -17,7 +17,12 @@ from ..hashing import sha256
 def key_value(name: str, value: Any) -> Any:
     if isinstance(value, (bool, int, float, str)):
         return value
-    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    shape = getattr(value, "shape", None)
+    typestr = getattr(value, "typestr", None)   # a kjit array: its dtype without numpy
+    if shape is not None and isinstance(typestr, str):
+        from ..runtime.dtypes import NAMES
+        return {"shape": [int(d) for d in shape], "dtype": NAMES.get(typestr, typestr)}
+    dtype = getattr(value, "dtype", None)
     if shape is not None and dtype is not None:
         return {"shape": [int(d) for d in shape], "dtype": str(dtype).replace("torch.", "")}
     raise ArgumentError(f"key argument {name!r} is a {type(value).__name__}: key arguments must be "

@@ -122,7 +122,7 @@ class Tuner:
             return Result(cands[fixed], cands, [None] * len(cands), kv, 0, how, self.arg_names)
         device = self.device or current_device()
         rkeys = [record_key(c.name, c.source_sha, c.options_key(), c.exprs, device, kv,
-                                  c.config.describe()) for c in cands]
+                            c.config.describe()) for c in cands]
         records: list[dict | None] = [peek(k) for k in rkeys]
         missing = [c for c, r in zip(cands, records) if r is None]
         measured = 0
