@@ -129,6 +129,8 @@ class Tuner:
         if missing:
             self._compile(missing, device)
             ordered = list(named.values()) if self.arg_names is None else [named[n] for n in self.arg_names]
+            if stream is None:   # timed where PyTorch's own work on these tensors runs
+                stream = _torch_stream(ordered)
             protected = None
             if self.timer is None and (self.restore or self.zero):
                 from .timing import Protected
@@ -185,6 +187,17 @@ class Tuner:
         except (DriverError, ArgumentError) as exc:   # not kept: may be this run's arguments
             raise Transient({"status": "error", "reason": _first_lines(exc)}) from None
         return {"status": "ok", **res}
+
+
+def _torch_stream(args: Sequence[Any]) -> Any:
+    """PyTorch's current stream for the device of the first tensor among args, or None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.is_cuda:
+            return torch.cuda.current_stream(a.device).cuda_stream
+    return None
 
 
 def _first_lines(exc: BaseException, n: int = 6) -> str:
