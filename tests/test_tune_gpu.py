@@ -151,3 +151,18 @@ def test_tuning_kernels_loaded_by_hand():
     r.launch(X, Y, n)
     kjit.synchronize()
     np.testing.assert_array_equal(Y.get(), np.ones(n, np.float32))
+
+
+def test_torch_tensors_on_a_torch_stream():
+    torch = pytest.importorskip("torch")
+    n = 1 << 16
+    x = torch.ones(n, device="cuda")
+    y = torch.zeros(n, device="cuda")
+    add = axpy(CONFIGS, restore_value=["y"])
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        r = add.tune(x, y, n)
+        add(x, y, n, stream=s.cuda_stream)
+    s.synchronize()
+    assert r.measured == 4 and all(rec["status"] == "ok" for rec in r.records)
+    assert torch.equal(y, torch.ones(n, device="cuda"))
