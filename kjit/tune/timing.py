@@ -44,7 +44,8 @@ def device_buffer(name: str, value: Any) -> tuple[int, int]:
 class Protected:
     """Saved copies of the buffers named in restore_value, and the ones to zero per launch."""
 
-    def __init__(self, named: Mapping[str, Any], restore: Sequence[str], zero: Sequence[str]):
+    def __init__(self, named: Mapping[str, Any], restore: Sequence[str], zero: Sequence[str],
+                 stream: Any = None):
         for n in (*restore, *zero):
             if n not in named:
                 raise ArgumentError(f"restore_value/reset_to_zero names {n!r}, which is not an "
@@ -57,7 +58,8 @@ class Protected:
             ptr, size = device_buffer(n, named[n])
             from ..runtime.memory import empty
             copy = empty(max(size, 1), dtype="uint8")
-            driver.call(drv.cuMemcpyDtoD, copy.ptr, ptr, size)
+            # on the stream the candidates run on: after the caller's work there, before theirs
+            driver.call(drv.cuMemcpyDtoDAsync, copy.ptr, ptr, size, stream)
             self.saved.append((ptr, size, copy))
 
     def before_launch(self, stream: Any) -> None:

@@ -134,7 +134,8 @@ class Tuner:
             protected = None
             if self.timer is None and (self.restore or self.zero):
                 from .timing import Protected
-                protected = Protected(named, self.restore, self.zero)
+                from ..runtime.stream import as_handle
+                protected = Protected(named, self.restore, self.zero, as_handle(stream))
             with _progress(self.progress, len(missing), f"tuning {self.label}") as bar:
                 for c in missing:
                     try:
