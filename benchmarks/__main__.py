@@ -89,6 +89,10 @@ def table(results: dict) -> str:
     if results.get("throughput"):
         from benchmarks.throughput import lines as throughput_lines
         lines += throughput_lines(results["throughput"])
+    tu = results.get("tune", {})
+    if tu:
+        from benchmarks.tune import table as tune_table
+        lines.append(tune_table(tu) if "error" not in tu else f"tune: {tu['error']}")
     lines.append("targets: " + ", ".join(f"{k}: {'met' if ok else 'MISSED'}" for k, ok in targets(results).items()))
     return "\n".join(lines)
 
@@ -134,6 +138,8 @@ def targets(results: dict) -> dict[str, bool]:
             hd[key] <= TARGET_HEADERS_FRESH_MS
         out[f"toolkit-header kernel repeat <= {TARGET_HEADERS_REPEAT_US} us"] = \
             hd["headers kernel: in-process repeat us"] <= TARGET_HEADERS_REPEAT_US
+    for name, ok in (results.get("tune") or {}).get("targets", {}).items():
+        out["autotune: " + name] = ok
     return out
 
 
@@ -164,14 +170,14 @@ def plot(results: dict, path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks")
     p.add_argument("which", nargs="?", default="all",
-                   choices=["all", "launch", "compile", "build", "multigpu", "headers", "throughput"],
+                   choices=["all", "launch", "compile", "build", "multigpu", "headers", "throughput", "tune"],
                    help="headers: the toolkit-header kernel's compile figures only (no GPU needed)")
     p.add_argument("--json", help="write the results as JSON here")
     p.add_argument("--plot", help="write the launch-cost plot (PNG) here")
     args = p.parse_args(argv)
     results: dict = {"machine": machine()}
     sections = {"launch": "launch", "compile": "compile_cache", "build": "build",
-                "multigpu": "multigpu", "throughput": "throughput"}
+                "multigpu": "multigpu", "throughput": "throughput", "tune": "tune"}
     if args.which == "headers":
         from benchmarks.compile_cache import headers_run
         results["headers"] = headers_run()

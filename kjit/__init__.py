@@ -40,6 +40,7 @@ _LAZY = {
     "cdiv": "kjit.runtime.kernel",
     "kernel": "kjit.decorator",
     "compile_many": "kjit.compiler.many",
+    "autotune": "kjit.tune",
 }
 _SUBMODULES = ("cache",)
 
@@ -96,6 +97,7 @@ if TYPE_CHECKING:  # static checkers see the real names
     from .compiler.many import compile_many
     from .compiler.options import CompileOptions
     from .decorator import kernel
+    from .tune import autotune
     from .linker import LinkOptions, LinkResult, link
     from .objectcode import ObjectCode
     from .runtime.context import Context, Device, synchronize

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent / "kjit"
 # "hip.runtime" (the runtime twin of kjit.runtime) sits high.
 LAYERS = ["errors", "hashing", "locations", "fileio", "driver", "arch", "formats", "objectcode", "jit_options",
           "cache", "hip", "compiler", "linker", "runtime", "hip.runtime", "build", "decorator",
-          "cli"]
+          "tune", "cli"]
 
 # Upward imports kept on purpose (docs/architecture.md says why): kjit.load is one public
 # function for both vendors, so the CUDA loader hands AMD code to its HIP twin.

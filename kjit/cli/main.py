@@ -18,6 +18,7 @@ COMMANDS = {
     "build": "kjit.cli.build:build_cmd",
     "inspect": "kjit.cli.inspect:inspect_cmd",
     "cache": "kjit.cli.cache:cache_group",
+    "tune": "kjit.cli.tune:tune_group",
 }
 
 

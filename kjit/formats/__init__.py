@@ -7,4 +7,5 @@ Pure byte parsing: these modules import only kjit.errors and kjit.arch, so every
 
 # Every kind of code kjit handles (ObjectCode.kind). Here, not in sniff: ObjectCode checks a
 # kind against it without importing the readers, which a cache hit never needs.
-KINDS = ("ptx", "cubin", "ltoir", "fatbin", "hsaco", "hipfb", "object", "library")
+KINDS = ("ptx", "cubin", "ltoir", "fatbin", "hsaco", "hipfb", "object", "library",
+         "json")   # json: small records kept in the cache (autotuning timings), never code

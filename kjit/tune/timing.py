@@ -1,0 +1,106 @@
+"""Timing one candidate with CUDA events, with the user's outputs protected.
+
+Like triton.testing.do_bench: one launch estimates the time, then warm-up launches for
+about `warmup_ms`, then timed repeats for about `rep_ms` (at least `min_reps`), each between
+its own pair of events, and the median is kept. Buffers named in `reset_to_zero` are zeroed
+before every launch; those and the ones in `restore_value` are put back after each
+candidate, all outside the timed region."""
+from __future__ import annotations
+
+import statistics
+from typing import Any, Callable, Mapping, Sequence
+
+from .. import driver
+from ..errors import ArgumentError
+
+WARMUP_MS = 25.0
+REP_MS = 100.0
+MIN_REPS = 10
+MAX_REPS = 1000
+
+
+def device_buffer(name: str, value: Any) -> tuple[int, int]:
+    """(address, bytes) of a contiguous device array (anything with __cuda_array_interface__)."""
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if cai is None:
+        raise ArgumentError(f"argument {name!r} is named in restore_value/reset_to_zero but is a "
+                            f"{type(value).__name__}, not a device array")
+    shape, typestr = cai["shape"], cai["typestr"]
+    itemsize = int(typestr[2:])
+    n = 1
+    for d in shape:
+        n *= int(d)
+    strides = cai.get("strides")
+    if strides is not None:
+        expected, s = [], itemsize
+        for d in reversed(shape):
+            expected.insert(0, s)
+            s *= int(d)
+        if n > 1 and tuple(strides) != tuple(expected):
+            raise ArgumentError(f"argument {name!r} (restore_value/reset_to_zero) must be contiguous")
+    return int(cai["data"][0]), n * itemsize
+
+
+class Protected:
+    """Saved copies of the buffers named in restore_value, and the ones to zero per launch."""
+
+    def __init__(self, named: Mapping[str, Any], restore: Sequence[str], zero: Sequence[str],
+                 stream: Any = None):
+        for n in (*restore, *zero):
+            if n not in named:
+                raise ArgumentError(f"restore_value/reset_to_zero names {n!r}, which is not an "
+                                    f"argument (arguments: {', '.join(named)})")
+        self.zero = [device_buffer(n, named[n]) for n in zero]
+        self.saved: list[tuple[int, int, Any]] = []
+        drv = driver.bindings()
+        # zeroed buffers are saved too, so the launch after tuning sees what the caller left
+        for n in dict.fromkeys([*restore, *zero]):
+            ptr, size = device_buffer(n, named[n])
+            from ..runtime.memory import empty
+            copy = empty(max(size, 1), dtype="uint8")
+            # on the stream the candidates run on: after the caller's work there, before theirs
+            driver.call(drv.cuMemcpyDtoDAsync, copy.ptr, ptr, size, stream)
+            self.saved.append((ptr, size, copy))
+
+    def before_launch(self, stream: Any) -> None:
+        drv = driver.bindings()
+        for ptr, size in self.zero:
+            driver.call(drv.cuMemsetD8Async, ptr, 0, size, stream)
+
+    def restore(self, stream: Any) -> None:
+        drv = driver.bindings()
+        for ptr, size, copy in self.saved:
+            driver.call(drv.cuMemcpyDtoDAsync, ptr, copy.ptr, size, stream)
+
+    def __bool__(self) -> bool:
+        return bool(self.zero or self.saved)
+
+
+def bench(launch: Callable[[], None], *, stream: Any = None,
+          before: Callable[[], None] | None = None, warmup_ms: float = WARMUP_MS,
+          rep_ms: float = REP_MS, min_reps: int = MIN_REPS, max_reps: int = MAX_REPS
+          ) -> dict[str, Any]:
+    """{"ms": median, "reps": n, "min_ms", "max_ms"} of `launch` timed with CUDA events."""
+    from ..runtime.stream import Event
+    start, end = Event(), Event()
+    if before:
+        before()
+    start.record(stream)
+    launch()
+    end.record(stream)
+    estimate = max(end.elapsed_time(start), 1e-3)
+    for _ in range(max(1, int(warmup_ms / estimate))):
+        if before:
+            before()
+        launch()
+    reps = max(min_reps, min(max_reps, int(rep_ms / estimate)))
+    pairs = [(Event(), Event()) for _ in range(reps)]
+    for s, e in pairs:
+        if before:
+            before()
+        s.record(stream)
+        launch()
+        e.record(stream)
+    pairs[-1][1].synchronize()
+    times = [e.elapsed_time(s) for s, e in pairs]
+    return {"ms": statistics.median(times), "reps": reps, "min_ms": min(times), "max_ms": max(times)}
