@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import threading
 from typing import Any, Iterator
 
@@ -127,6 +126,7 @@ def classify(records: list | None, *, source_name: str = "") -> Observation:
     if records is None:  # the recorder ran out of memory: nothing can be trusted
         obs.complete = False
         return obs
+    import tempfile  # a miss only: a disk hit never loads it
     cwd = obs.cwd.rstrip("/") + "/"
     tmp = tempfile.gettempdir().rstrip("/") + "/"
     scratch = tuple(_scratch_dirs(records, tmp))
