@@ -87,7 +87,7 @@ def available(backend: str = "cuda") -> bool:
 
 def describe() -> dict[str, Any]:
     """For `kjit info`: how compiles are keyed in this process."""
-    ok = enabled() and _module() is not None
+    ok = enabled() and _module() is not None and _state["installed"].get("cuda", True)
     return {"mode": "observed" if ok else "scanned",
             "reason": None if ok else (_state["error"] or f"{ENV}=0"),
             "hooked": {b: v for b, v in _state["installed"].items()}}
