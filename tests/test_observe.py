@@ -433,3 +433,28 @@ def test_the_recorder_sees_only_the_recording_thread(tmp_path):
             options=kjit.CompileOptions(include_dirs=[str(tmp_path)])))
     assert str(header) in seen[0].read and not _observe.recording()
 
+
+
+# --- hiprtc: observed through LLVM's file calls ---------------------------------------------------
+def test_hip_compiles_are_observed_and_follow_their_headers(tmp_path):
+    from kjit.compiler import hiprtc
+    if not hiprtc.available():
+        pytest.skip("no hiprtc library here")
+    inc = tmp_path / "inc"
+    write(inc / "a.h", "#define VAL 9999999\n")
+    src = ('#ifndef HDR\n#define HDR "a.h"\n#endif\n#include HDR\n'
+           'extern "C" __global__ void k(int* p) { *p = VAL; }\n')
+    opts = kjit.CompileOptions(include_dirs=[str(inc)], defines=[("HDR", '"b.h"')])
+
+    def hip():
+        return kjit.compile(src, arch="gfx90a", backend="hip", options=opts)
+    write(inc / "b.h", "#define VAL 1111111\n")
+    one = hip()
+    assert one.cache_hit is False and hip().cache_hit is True
+    assert observe._state["installed"].get("hip") is True
+    write(inc / "b.h", "#define VAL 2222222\n")
+    two = hip()
+    assert two.cache_hit is False and two.code != one.code
+    write(inc / "b.h", "#define VAL 1111111\n")
+    again = hip()
+    assert again.cache_hit is True and again.code == one.code

@@ -315,9 +315,29 @@ def describe(req: Any, res: Any) -> dict[str, Any]:
 
 
 def compile_key(source: str, **kwargs: Any) -> str:
-    """The cache key kjit.compile would use for these arguments (for tools and tests)."""
+    """The cache key kjit.compile would use for these arguments (for tools and tests). Where
+    compiles are observed it is known only from a manifest or by compiling: a compile runs
+    when no manifest holds it (its manifest is kept, its binary is not). A source that does
+    not compile has no observed key: its scanned one is returned."""
+    from ..errors import CompileError
+    from .snapshot import timestamp_granularity
     req = make_request(source, **kwargs)
     opts = req.options
-    res = includes.resolve(req.source, name=req.name, search=search.for_options(opts, req.backend),
-                           defines=opts.defines, extra=opts.extra)
+    path = search.for_options(opts, req.backend)
+    if observe.available(req.backend):
+        prekey = manifest_key(req, path, observed=True)
+        for _ in range(_RETRIES):
+            found = manifest.lookup(prekey)
+            if found is not None:
+                return found[0]
+            try:
+                _, k, snap = _Observed(req, path).compile()
+            except (_NotObserved, CompileError):
+                break
+            if k is not None:
+                manifest.store(prekey, k, snap)
+                return k
+            time.sleep(timestamp_granularity())  # a header changed as it compiled: again
+    res = includes.resolve(req.source, name=req.name, search=path, defines=opts.defines,
+                           extra=opts.extra)
     return key_hash(NAMESPACE, describe(req, res))

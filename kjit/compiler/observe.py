@@ -123,8 +123,8 @@ def _scratch_dirs(records: list, tmp: str) -> list[str]:
 
 def classify(records: list | None, *, source_name: str = "") -> Observation:
     obs = Observation()
-    if records is None:  # the recorder ran out of memory: nothing can be trusted
-        obs.complete = False
+    if not records:  # out of memory, or not one call seen (NVRTC always stats the source's
+        obs.complete = False  # name): this compile was not observed, nothing can be trusted
         return obs
     import tempfile  # a miss only: a disk hit never loads it
     cwd = obs.cwd.rstrip("/") + "/"
