@@ -9,7 +9,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .errors import (ArgumentError, CompileError, CudaUnavailableError, DriverError,
+from .errors import (ArgumentError, CompileError, CompileWarning, CudaUnavailableError, DriverError,
                      InvalidOptionError, KernelNotFoundError, KjitError, LinkError)
 
 # public name -> module that defines it
@@ -43,6 +43,7 @@ _LAZY = {
 _SUBMODULES = ("cache",)
 
 __all__ = sorted([*_LAZY, *_SUBMODULES, "compile", "load", "__version__", "ArgumentError", "CompileError",
+                  "CompileWarning",
                   "CudaUnavailableError", "DriverError", "InvalidOptionError",
                   "KernelNotFoundError", "KjitError", "LinkError"])
 

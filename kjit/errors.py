@@ -260,5 +260,9 @@ class ArgumentError(KjitError, TypeError):
     """A launch argument or an option is wrong; raised before anything is launched."""
 
 
+class CompileWarning(UserWarning):
+    """A compile succeeded but its result is probably not what was meant (no kernel came out)."""
+
+
 def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line for line in text.rstrip().splitlines())

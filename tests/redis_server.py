@@ -111,9 +111,9 @@ def redis_server(tmp_path):
 @pytest.fixture
 def remote_env(redis_server, monkeypatch):
     """The shared tier on `redis_server` for this process and its children, with short
-    timeouts so that fault tests stay quick."""
+    timeouts so that fault tests stay quick, trusted unsigned (tests that sign set a key)."""
     from kjit.cache import remote as remote_mod
-    quick = {remote_mod.ENV_TIMEOUT: "1s", remote_mod.ENV_BACKOFF: "1s"}
+    quick = {remote_mod.ENV_TIMEOUT: "1s", remote_mod.ENV_BACKOFF: "1s", remote_mod.ENV_UNSIGNED: "1"}
     for name in remote_mod.ENV_VARS:
         if name in quick and os.environ.get(name):  # a test module's own (shorter) setting
             quick[name] = os.environ[name]

@@ -222,6 +222,7 @@ def test_the_default_prefix_has_the_schema_version():
 
 
 def test_user_and_password_in_the_url(redis_server, tmp_path, monkeypatch):
+    monkeypatch.setenv(remote.ENV_UNSIGNED, "1")
     r = redis_server.client()
     r.execute_command("ACL", "SETUSER", "kjit", "on", ">s3cret", "~kjit:*", "&kjit:*", "+@all")
     r.execute_command("ACL", "SETUSER", "default", "off")
@@ -313,6 +314,7 @@ def test_a_waiter_wakes_when_the_value_is_published(remote_env, tmp_path, monkey
 
 
 def test_an_acl_user_without_channels_still_shares(redis_server, tmp_path, monkeypatch):
+    monkeypatch.setenv(remote.ENV_UNSIGNED, "1")
     r = redis_server.client()
     r.execute_command("ACL", "SETUSER", "kjit", "on", ">pw", "~kjit:*", "resetchannels", "+@all")
     monkeypatch.setenv(remote.ENV_URL, f"redis://kjit:pw@127.0.0.1:{redis_server.port}/0")

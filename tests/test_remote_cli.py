@@ -97,6 +97,7 @@ def test_remote_commands_without_a_tier_or_server_say_what_to_do(redis_server, m
     assert "KJIT_REMOTE_CACHE=redis://" in run("cache", "ls", "--remote", code=1).output
     redis_server.kill()
     monkeypatch.setenv(remote.ENV_URL, redis_server.url)
+    monkeypatch.setenv(remote.ENV_UNSIGNED, "1")
     monkeypatch.setenv(remote.ENV_TIMEOUT, "1s")
     out = run("cache", "stats", "--remote", code=1).output
     assert "cannot be used" in out and "Traceback" not in out

@@ -30,12 +30,21 @@ ENV_TIMEOUT = "KJIT_REMOTE_CACHE_TIMEOUT"      # connect and read timeout per re
 ENV_BACKOFF = "KJIT_REMOTE_CACHE_BACKOFF"      # first pause after a failure (doubles)
 ENV_LEASE = "KJIT_REMOTE_CACHE_LEASE"          # a dead compiler's lease lapses after this
 ENV_WAIT = "KJIT_REMOTE_CACHE_WAIT"            # longest wait for another node's compile
+ENV_UNSIGNED = "KJIT_REMOTE_CACHE_UNSIGNED"    # 1: trust a shared server without a signing key
 ENV_VARS = (ENV_URL, ENV_KEY, ENV_KEY_FILE, ENV_PREFIX, ENV_TTL, ENV_MAX_VALUE, ENV_TIMEOUT,
-            ENV_BACKOFF, ENV_LEASE, ENV_WAIT)
+            ENV_BACKOFF, ENV_LEASE, ENV_WAIT, ENV_UNSIGNED)
 
 DEFAULT_PREFIX = f"kjit:{SCHEMA_VERSION}:"
 SCHEMES = ("redis", "rediss", "unix")
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_.:/-]+")
+_URL_FORM = ("a Redis URL: redis://[user:password@]host:port/db, rediss://... for TLS, "
+             "or unix:///path/to/socket")
+# The longest each duration may be: beyond these a setting is a typo, and some overflow the
+# socket and Redis expiry arithmetic.
+_MAX_S = {"ttl_s": 10 * 365 * 86400.0, "timeout_s": 3600.0, "backoff_s": 86400.0,
+          "lease_s": 86400.0, "wait_s": 7 * 86400.0}
+_MAX_VALUE = 1 << 40
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
 class TierError(Exception):
@@ -44,6 +53,10 @@ class TierError(Exception):
 
 class TierFull(TierError):
     """The tier refused a write for lack of memory (maxmemory with noeviction)."""
+
+
+class ValueTooLarge(TierError):
+    """The server offered a value over KJIT_REMOTE_CACHE_MAX_VALUE; it was refused unread."""
 
 
 class Lease(ABC):
@@ -94,6 +107,15 @@ class RemoteTier(ABC):
     def watch(self, key: str) -> Watch:
         """Subscribe to publications under `key` (in place once this returns)."""
 
+    def lease_ttl(self, key: str) -> float | None:
+        """Seconds left on the lease for `key` (0 when none is held), None when it never
+        lapses: a lease kjit did not take, since kjit's always lapse."""
+        return 0.0
+
+    def expire_lease(self, key: str, ttl_s: float) -> bool:
+        """Give a lease without expiry one of ttl_s (never shortens a live lease's)."""
+        return False
+
     @abstractmethod
     def stats(self) -> dict[str, Any]:
         """Server facts: version, memory used and allowed, eviction policy, evictions."""
@@ -115,17 +137,29 @@ class RemoteTier(ABC):
     def delete(self, keys: Iterable[str]) -> int:
         """Remove these keys' values and leases; how many values were removed."""
 
+    def clear(self) -> int:
+        """Remove everything under the prefix (delete() of every key); how many values."""
+        return self.delete(list(self.keys()))
+
     def close(self) -> None:
         """Drop connections (a test or a reconfiguration)."""
 
 
-def parse_duration(text: str | float, name: str) -> float:
-    """store.parse_duration, with InvalidOptionError naming the setting `name`."""
+def parse_duration(text: str | float, name: str, most: float = 7 * 86400.0) -> float:
+    """store.parse_duration, with InvalidOptionError naming the setting `name`; at most `most`
+    seconds."""
     from .store import parse_duration as parse
     try:
-        return parse(text)
-    except ValueError as exc:
+        value = parse(text)
+    except (ValueError, OverflowError) as exc:
         raise _bad(name, text, "a duration of zero or more, such as 500ms, 2s, 15m, 12h, 7d") from exc
+    if not value <= most:  # also NaN and inf
+        _bad(name, text, f"a duration of at most {_human_s(most)}")
+    return value
+
+
+def _human_s(s: float) -> str:
+    return f"{s / 86400:g}d" if s >= 86400 else f"{s / 3600:g}h" if s >= 3600 else f"{s:g}s"
 
 
 def _bad(name: str, value: Any, wanted: str):
@@ -133,15 +167,56 @@ def _bad(name: str, value: Any, wanted: str):
     raise InvalidOptionError(f"{name}={value!r} is not {wanted}")
 
 
+def check_url(url: str) -> str:
+    """`url` if it is a Redis URL kjit can use; InvalidOptionError naming KJIT_REMOTE_CACHE and
+    the accepted forms otherwise (checked without importing the client)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        _bad(ENV_URL, url, f"{_URL_FORM} ({exc})")
+    if parts.scheme not in SCHEMES:
+        _bad(ENV_URL, url, _URL_FORM)
+    if parts.scheme == "unix" and not parts.path:
+        _bad(ENV_URL, url, f"{_URL_FORM} (no socket path)")
+    return url
+
+
+def _secret(env: Any) -> bytes | None:
+    """The signing key the variables give; an empty or blank one is an error, never "none"."""
+    secret: bytes | None = None
+    if ENV_KEY in env:
+        text = env[ENV_KEY]
+        if not text.strip():
+            _bad(ENV_KEY, text, f"a signing key: it is empty (unset it to use {ENV_KEY_FILE}, or "
+                                f"to trust the server unsigned set {ENV_UNSIGNED}=1)")
+        secret = text.encode("utf-8", "surrogateescape")
+    if ENV_KEY_FILE in env:
+        path = env[ENV_KEY_FILE]
+        if not path.strip():
+            _bad(ENV_KEY_FILE, path, "the path of a file holding the signing key")
+        try:
+            with open(path, "rb") as f:
+                secret = f.read(1 << 20).strip()
+        except OSError as exc:
+            _bad(ENV_KEY_FILE, path, f"a readable file ({exc.strerror})")
+        if not secret:
+            _bad(ENV_KEY_FILE, path, "a file holding a signing key: the file is empty or blank")
+    return secret
+
+
 def redact(url: str) -> str:
     """The URL without its password, for messages and `kjit info`."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if parts.port:
+            host += f":{parts.port}"
+    except ValueError:
+        return "(a malformed URL)"
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
@@ -156,10 +231,22 @@ class RemoteConfig:
     backoff_s: float = 5.0
     lease_s: float = 15.0
     wait_s: float = 600.0
+    unsigned_ok: bool = False  # KJIT_REMOTE_CACHE_UNSIGNED=1: no key, and that is meant
 
     @property
     def display_url(self) -> str:
         return redact(self.url)
+
+    @property
+    def refusal(self) -> str | None:
+        """Why this configuration leaves the tier off (no signing key, and trusting the server
+        unsigned was not asked for), or None when it may be used."""
+        if self.secret is not None or self.unsigned_ok:
+            return None
+        return (f"{ENV_URL} is set but no signing key is: without one, anything that can write to "
+                f"{self.display_url} can make this node run its code. Set {ENV_KEY_FILE} (or "
+                f"{ENV_KEY}) to the cluster's key, or {ENV_UNSIGNED}=1 to trust the server "
+                f"unsigned; the remote cache is off until then")
 
     @classmethod
     def from_env(cls, env: Any = os.environ) -> "RemoteConfig | None":
@@ -168,19 +255,11 @@ class RemoteConfig:
         url = (env.get(ENV_URL) or "").strip()
         if not url:
             return None
-        scheme = urlsplit(url).scheme
-        if scheme not in SCHEMES:
-            _bad(ENV_URL, url, "a Redis URL: redis://[user:password@]host:port/db, rediss://... "
-                               "for TLS, or unix:///path/to/socket")
-        secret = env.get(ENV_KEY) or None
-        if env.get(ENV_KEY_FILE):
-            try:
-                with open(env[ENV_KEY_FILE], "rb") as f:
-                    secret = f.read().strip() or None
-            except OSError as exc:
-                _bad(ENV_KEY_FILE, env[ENV_KEY_FILE], f"a readable file ({exc.strerror})")
-        if isinstance(secret, str):
-            secret = secret.encode()
+        check_url(url)
+        secret = _secret(env)
+        unsigned = (env.get(ENV_UNSIGNED) or "").strip().lower()
+        if unsigned not in _TRUE + _FALSE:
+            _bad(ENV_UNSIGNED, env[ENV_UNSIGNED], "1 (trust the server without a signing key) or 0")
         prefix = env.get(ENV_PREFIX) or DEFAULT_PREFIX
         if not _PREFIX_RE.fullmatch(prefix):
             _bad(ENV_PREFIX, prefix, "a key prefix of letters, digits and _ . : / -")
@@ -188,28 +267,33 @@ class RemoteConfig:
         for field, var in (("ttl_s", ENV_TTL), ("timeout_s", ENV_TIMEOUT), ("backoff_s", ENV_BACKOFF),
                            ("lease_s", ENV_LEASE), ("wait_s", ENV_WAIT)):
             if env.get(var):
-                kw[field] = parse_duration(env[var], var)
+                kw[field] = parse_duration(env[var], var, _MAX_S[field])
         if env.get(ENV_MAX_VALUE):
             from .store import parse_size
             try:
                 kw["max_value"] = parse_size(env[ENV_MAX_VALUE])
-            except ValueError:
+            except (ValueError, OverflowError):
                 _bad(ENV_MAX_VALUE, env[ENV_MAX_VALUE], "a size such as 64M")
+            if kw["max_value"] > _MAX_VALUE:
+                _bad(ENV_MAX_VALUE, env[ENV_MAX_VALUE], "a size of at most 1T")
         if kw.get("timeout_s") == 0 or kw.get("lease_s") == 0:
             _bad(ENV_TIMEOUT if kw.get("timeout_s") == 0 else ENV_LEASE, 0, "a duration above zero")
-        return cls(url=url, secret=secret, prefix=prefix, **kw)
+        return cls(url=url, secret=secret, prefix=prefix, unsigned_ok=unsigned in _TRUE, **kw)
 
 
 def configure(url: str | None, *, key: str | bytes | None = None, prefix: str | None = None,
               ttl: str | float | None = None, max_value: str | int | None = None,
               timeout: str | float | None = None, backoff: str | float | None = None,
-              lease: str | float | None = None, wait: str | float | None = None) -> RemoteConfig | None:
+              lease: str | float | None = None, wait: str | float | None = None,
+              unsigned: bool = False) -> RemoteConfig | None:
     """Use the shared tier at `url` from now on (None: stop using one). Sets the
     KJIT_REMOTE_CACHE* variables, so processes started later inherit the setting; the
-    arguments left out are unset. Returns the checked configuration."""
+    arguments left out are unset. Without `key`, the tier is used only with unsigned=True
+    (trust the server: see docs/security.md). Returns the checked configuration."""
     values = {ENV_URL: url, ENV_KEY: key.decode() if isinstance(key, bytes) else key,
               ENV_PREFIX: prefix, ENV_TTL: ttl, ENV_MAX_VALUE: max_value, ENV_TIMEOUT: timeout,
-              ENV_BACKOFF: backoff, ENV_LEASE: lease, ENV_WAIT: wait, ENV_KEY_FILE: None}
+              ENV_BACKOFF: backoff, ENV_LEASE: lease, ENV_WAIT: wait, ENV_KEY_FILE: None,
+              ENV_UNSIGNED: "1" if unsigned else None}
     if url is None:
         values = dict.fromkeys(values)
     trial = {k: str(v) for k, v in values.items() if v is not None}

@@ -14,6 +14,9 @@ _HEAD = 4096  # bytes read per value for a listing: most headers fit
 
 
 def _tier():
+    config = remote.RemoteConfig.from_env()
+    if config is not None and config.refusal:
+        raise KjitError(config.refusal)
     tier = shared.active()
     if tier is None:
         raise KjitError(f"no remote cache is configured: set {remote.ENV_URL}=redis://host:port/db "
@@ -43,13 +46,27 @@ def _row(key: str, head: bytes | None, ttl: float | None) -> dict[str, Any] | No
         return None
     try:
         header = json.loads(body[entry_mod.PREFIX_SIZE:end])
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"key": key, "error": "header is not JSON", "signed": signed, "ttl_s": ttl}
-    meta = header.get("meta") or {}
-    return {"key": key, "kind": header.get("kind"), "arch": header.get("arch"), "size": clen,
-            "name": header.get("name"), "namespace": meta.get("namespace"),
-            "label": meta.get("label"), "kernels": meta.get("kernels") or [],
-            "created": meta.get("created"), "signed": signed, "ttl_s": ttl}
+    if not isinstance(header, dict):
+        return {"key": key, "error": "header is not a JSON object", "signed": signed, "ttl_s": ttl}
+    meta = header.get("meta") if isinstance(header.get("meta"), dict) else {}
+    kernels = meta.get("kernels")
+    created = meta.get("created")
+    return {"key": key, "kind": _text(header.get("kind")), "arch": _text(header.get("arch")),
+            "size": clen, "name": _text(header.get("name")),
+            "namespace": _text(meta.get("namespace")), "label": _text(meta.get("label")),
+            "kernels": [n for n in kernels if isinstance(n, str)] if isinstance(kernels, list) else [],
+            "created": created if _number(created) else None, "signed": signed, "ttl_s": ttl}
+
+
+def _text(value: Any) -> str | None:
+    """A header field that should be text: anything else (a crafted header) reads as absent."""
+    return value if isinstance(value, str) else None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 def ls_remote(*, limit: int | None = None) -> list[dict[str, Any]]:
@@ -64,11 +81,12 @@ def ls_remote(*, limit: int | None = None) -> list[dict[str, Any]]:
         if longer:  # headers past the first read (long logs): read those values' heads again
             again = tier.backend.peek([keys[i] for i in longer], 1 << 20)
             for i, (h, t) in zip(longer, again):
-                rows[i] = _row(keys[i], h, t)
+                rows[i] = _row(keys[i], h, t) or {"key": keys[i], "error": "header too long to list",
+                                                  "signed": signing.is_signed(h or b""), "ttl_s": t}
     except TierError as exc:
         raise _unusable(tier, exc) from None
     out = [r for r in rows if r is not None]
-    out.sort(key=lambda r: r.get("created") or 0, reverse=True)
+    out.sort(key=lambda r: r.get("created") or 0, reverse=True)  # numbers only (_row)
     return out[:limit] if limit else out
 
 
@@ -92,7 +110,7 @@ def clear_remote() -> int:
     """Remove every value (and lease) under the tier's prefix; returns how many values."""
     tier = _tier()
     try:
-        return tier.backend.delete(list(tier.backend.keys()))
+        return tier.backend.clear()
     except TierError as exc:
         raise _unusable(tier, exc) from None
 

@@ -19,7 +19,8 @@ from collections import Counter
 from typing import NamedTuple
 
 from . import entry, signing
-from .remote import ENV_URL, ENV_VARS, Lease, RemoteConfig, RemoteTier, TierError, TierFull
+from .remote import (ENV_LEASE, ENV_URL, ENV_VARS, Lease, RemoteConfig, RemoteTier, TierError,
+                     TierFull, ValueTooLarge)
 from .store import CacheWarning
 from ..objectcode import ObjectCode
 
@@ -31,9 +32,14 @@ FAILED_MARK_TTL_S = 60.0
 
 RECHECK_S = 1.0        # a waiter checks the lease this often (at most lease_s / 2)
 BACKOFF_MAX_S = 120.0
+# A lease further from lapsing than this many of our lease terms (and this many seconds) was
+# not taken by a kjit that shares our settings: waiting on it could take hours.
+LEASE_PLAUSIBLE = 4
+LEASE_PLAUSIBLE_MIN_S = 120.0
 
 # What a process counts; `kjit cache stats` shows the totals (persisted by flush_counts).
-COUNTERS = ("hits", "misses", "errors", "refused", "corrupt", "too_large", "skipped", "puts")
+COUNTERS = ("hits", "misses", "errors", "refused", "corrupt", "too_large", "skipped", "puts",
+            "bad_leases")
 _pending: Counter = Counter()
 
 
@@ -123,9 +129,13 @@ class SharedTier:
             self._ok()
             if value is None:
                 return None
+            if not isinstance(value, bytes):  # a tier other than kjit's own may say anything
+                raise TierError(f"the tier answered with a {type(value).__name__}, not bytes")
             if value.startswith(NO_VALUE):
                 return NO_VALUE
             return entry.decode(signing.open_value(self.config.secret, k, value), k)
+        except ValueTooLarge as exc:
+            what, why = "too_large", f"{exc}; raise KJIT_REMOTE_CACHE_MAX_VALUE to use such values"
         except signing.Refused as exc:
             what, why = "refused", str(exc)
         except entry.CorruptEntry as exc:
@@ -134,7 +144,7 @@ class SharedTier:
             seen.add(what)
             self._count(what)
             self._warn_once(what, f"kjit remote cache {self.config.display_url}: the value for "
-                                  f"{k[:16]}… ({label}) was {what} ({why}); not used, compiling "
+                                  f"{k[:16]}… ({label}) was {what.replace('_', ' ')} ({why}); not used, compiling "
                                   f"instead (counted in `kjit cache stats`)")
         return None
 
@@ -148,6 +158,7 @@ class SharedTier:
         seen: set[str] = set()
         watch = None
         recheck = min(RECHECK_S, self.config.lease_s / 2)
+        lease_checked = False
         try:
             found = self._fetch(k, label, seen)
             deadline = t0 + self.config.wait_s
@@ -168,6 +179,10 @@ class SharedTier:
                     self._count("misses")
                     return Claim(lease=HeldLease(lease, self.config.lease_s),
                                  waited=time.monotonic() - t0)
+                if not lease_checked:  # once per claim: one more round trip, on contention only
+                    lease_checked = True
+                    if self._broken_lease(k, label):
+                        break
                 if time.monotonic() >= deadline:
                     self._warn_once("wait", f"kjit remote cache: waited {self.config.wait_s:g} s for "
                                             f"another process to compile {label or k[:16]}; compiling "
@@ -194,6 +209,26 @@ class SharedTier:
             return Claim(waited=waited)
         self._count("hits")
         return Claim(obj=found[0], meta=found[1], waited=waited)
+
+    def _broken_lease(self, k: str, label: str) -> bool:
+        """True when the lease another holds for k is not one to wait for: it never lapses
+        (planted, or set by hand) and cannot be given an expiry, or it lapses implausibly
+        late. One without expiry is given our lease term, then waited for as usual."""
+        ttl = self.backend.lease_ttl(k)
+        most = max(self.config.lease_s * LEASE_PLAUSIBLE, LEASE_PLAUSIBLE_MIN_S)
+        if ttl is not None and ttl <= most:
+            return False
+        self._count("bad_leases")
+        what = "never lapses" if ttl is None else f"lapses only in {ttl:.0f} s"
+        if ttl is None and self.backend.expire_lease(k, self.config.lease_s):
+            self._warn_once("lease", f"kjit remote cache {self.config.display_url}: the compile "
+                                     f"lease for {label or k[:16]} {what} (not kjit's); it now "
+                                     f"lapses after {self.config.lease_s:g} s ({ENV_LEASE})")
+            return False
+        self._warn_once("lease", f"kjit remote cache {self.config.display_url}: the compile lease "
+                                 f"for {label or k[:16]} {what}, which no kjit node sets; "
+                                 "compiling here without waiting for it")
+        return True
 
     # --- writing -------------------------------------------------------------------------------
     def _full(self, exc: Exception) -> None:
@@ -248,7 +283,8 @@ def open_tier(config: RemoteConfig) -> RemoteTier:
         from ..errors import KjitError
         raise KjitError(f"{ENV_URL} is set but the Redis client is not installed ({exc}): "
                         "pip install 'kjit[redis]', or unset it") from None
-    return RedisTier(config.url, prefix=config.prefix, timeout_s=config.timeout_s)
+    return RedisTier(config.url, prefix=config.prefix, timeout_s=config.timeout_s,
+                     max_value=config.max_value)
 
 
 _active: "SharedTier | None" = None   # the tier for _active_sig
@@ -256,7 +292,9 @@ _active_sig: tuple | None = None
 
 
 def active() -> "SharedTier | None":
-    """The SharedTier the environment configures, or None (cheap: a few dict lookups)."""
+    """The SharedTier the environment configures, or None (cheap: a few dict lookups).
+    InvalidOptionError names a malformed variable. A URL without a signing key and without
+    KJIT_REMOTE_CACHE_UNSIGNED=1 leaves the tier off, with one warning per setting."""
     global _active, _active_sig
     env = os.environ
     if not env.get(ENV_URL):
@@ -266,7 +304,11 @@ def active() -> "SharedTier | None":
         config = RemoteConfig.from_env(env)
         if _active is not None:
             _active.close()
-        _active, _active_sig = SharedTier(config, open_tier(config)), sig
+        refusal = config.refusal if config is not None else None
+        _active = None if config is None or refusal else SharedTier(config, open_tier(config))
+        _active_sig = sig
+        if refusal:
+            warnings.warn(refusal, CacheWarning, stacklevel=4)
     return _active
 
 

@@ -56,7 +56,8 @@ def _text(d: dict[str, Any]) -> str:
 @json_option
 def build_cmd(sources, output, archs, ptx_archs, no_ptx, link_files, lto, name_expressions,
               backend, jobs, compress, no_cache, include_dirs, defines, std, fast_math, line_info,
-              debug, max_registers, relocatable, extra, no_toolkit_headers, no_std_headers, as_json):
+              debug, max_registers, relocatable, extra, no_toolkit_headers, no_std_headers,
+              no_nvcc_prelude, as_json):
     """Build SOURCES into one fatbin for many GPU architectures (no GPU needed)."""
     show_bar = not as_json and sys.stderr.isatty()
     bar_box: list = []
@@ -73,7 +74,8 @@ def build_cmd(sources, output, archs, ptx_archs, no_ptx, link_files, lto, name_e
     output_mod.check(output, [*sources, *link_files], as_json)
     try:
         opts = compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
-                                        max_registers, relocatable, extra, no_toolkit_headers, no_std_headers)
+                                        max_registers, relocatable, extra, no_toolkit_headers, no_std_headers,
+                                        no_nvcc_prelude)
         result = run_build(sources, output=output, archs=archs, ptx=ptx_archs, no_ptx=no_ptx,
                            options=opts, link=link_files, lto=lto,
                            name_expressions=name_expressions, backend=backend, jobs=jobs,

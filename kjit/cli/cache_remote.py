@@ -13,6 +13,10 @@ def _ops():
     return remote_ops
 
 
+_UNSIGNED = ("NO: set KJIT_REMOTE_CACHE_KEY_FILE to sign (trusted unsigned: "
+             "KJIT_REMOTE_CACHE_UNSIGNED=1)")
+
+
 def _ttl(t) -> str:
     if t is None:
         return "never"
@@ -52,7 +56,7 @@ def stats(as_json: bool) -> None:
         srv = d["server"]
         limit = _size(srv["maxmemory"]) if srv.get("maxmemory") else "no limit"
         lines = [f"remote     {d['url']} (prefix {d['prefix']})",
-                 f"signed     {'yes (HMAC-SHA256)' if d['signed'] else 'NO: set KJIT_REMOTE_CACHE_KEY'}",
+                 f"signed     {'yes (HMAC-SHA256)' if d['signed'] else _UNSIGNED}",
                  f"entries    {d['entries']}",
                  f"bytes      {d['bytes']} ({_size(d['bytes'])}); values over {_size(d['max_value'])} "
                  f"stay local",
@@ -66,7 +70,10 @@ def stats(as_json: bool) -> None:
 
 def clear(yes: bool, as_json: bool) -> None:
     from ..cache.remote import RemoteConfig
-    config = RemoteConfig.from_env()
+    try:
+        config = RemoteConfig.from_env()
+    except KjitError as exc:
+        raise fail(exc)
     if not (yes or as_json) and config is not None:
         click.confirm(f"Remove every entry under {config.prefix} in {config.display_url} "
                       "(for every node that uses it)?", abort=True)
@@ -85,7 +92,8 @@ def local_lines(d: dict) -> str:
     return (f"\nremote     {r.get('url') or '(not configured now)'}\n"
             f"  hits {r['hits']}, misses {r['misses']}, errors {r['errors']}, refused {r['refused']} "
             f"(bad or no signature), corrupt {r['corrupt']}, too large {r['too_large']}, "
-            f"skipped while down {r['skipped']}, published {r['puts']}")
+            f"skipped while down {r['skipped']}, published {r['puts']}, "
+            f"leases without a sane expiry {r.get('bad_leases', 0)}")
 
 
 @click.command("push")

@@ -47,13 +47,13 @@ def fail(exc: KjitError) -> "click.ClickException":
 
 def compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
                              max_registers, relocatable, extra, no_toolkit_headers=False,
-                             no_std_headers=False):
+                             no_std_headers=False, no_nvcc_prelude=False):
     from ..compiler.options import CompileOptions
     return CompileOptions(std=std, defines=list(defines), include_dirs=list(include_dirs),
                           fast_math=fast_math, line_info=line_info, debug=debug,
                           max_registers=max_registers, relocatable=relocatable,
                           extra=list(extra), toolkit_headers=not no_toolkit_headers,
-                          std_headers=not no_std_headers)
+                          std_headers=not no_std_headers, nvcc_prelude=not no_nvcc_prelude)
 
 
 def compile_flags(fn: Callable) -> Callable:
@@ -75,6 +75,9 @@ def compile_flags(fn: Callable) -> Callable:
                           "(HIP: hiprtc's built-in header names); see docs/headers.md."),
         click.option("--no-std-headers", is_flag=True,
                      help="Leave out kjit's device-side <cstdint>, <cmath>, <cstdio>... (NVRTC)."),
+        click.option("--no-nvcc-prelude", is_flag=True,
+                     help="Do not pre-include what nvcc's implicit cuda_runtime.h gives device "
+                          "code (INFINITY, M_PI, FLT_MAX, uint...; NVRTC)."),
     ]):
         fn = opt(fn)
     return fn

@@ -27,7 +27,8 @@ _SUFFIX = {"object": ".cubin"}
 @json_option
 def compile_cmd(source, arch, target, backend, output, name_expressions, no_cache, include_dirs,
                 defines, std, fast_math, line_info, debug, max_registers, relocatable, extra,
-                no_toolkit_headers, no_std_headers, as_json):
+                no_toolkit_headers, no_std_headers,
+                no_nvcc_prelude, as_json):
     """Compile SOURCE with NVRTC (or hiprtc) and write the result."""
     from ..compiler import source_text
     from ..compiler.api import compile as kjit_compile
@@ -37,7 +38,8 @@ def compile_cmd(source, arch, target, backend, output, name_expressions, no_cach
     output_mod.check(output, [source], as_json)
     try:
         opts = compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
-                                        max_registers, relocatable, extra, no_toolkit_headers, no_std_headers)
+                                        max_registers, relocatable, extra, no_toolkit_headers, no_std_headers,
+                                        no_nvcc_prelude)
         obj = kjit_compile(source_text.read(src_path), arch=arch, target=target, options=opts,
                            name_expressions=name_expressions, backend=backend,
                            name=source_name(source), cache=not no_cache)

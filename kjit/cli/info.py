@@ -87,6 +87,8 @@ def _remote() -> dict | None:
         if config is None:
             return None
         out = {"url": config.display_url, "prefix": config.prefix, "signed": config.secret is not None}
+        if config.refusal:  # no key and no KJIT_REMOTE_CACHE_UNSIGNED=1: not used
+            return dict(out, off=True, error=config.refusal)
         tier = shared.active()
         out["server"] = tier.backend.stats().get("redis_version")
         out["reachable"] = True
@@ -102,9 +104,11 @@ def _remote_text(r: dict | None) -> str:
         return "none (set KJIT_REMOTE_CACHE=redis://host:port/db to share compiles across nodes)"
     if "url" not in r:
         return f"misconfigured: {r['error']}"
+    if r.get("off"):
+        return f"{r['url']}: OFF. {r['error']}"
     signed = ("signed (HMAC-SHA256)" if r["signed"] else
-              "UNSIGNED: any client that can write to it can make this node run its code; "
-              "set KJIT_REMOTE_CACHE_KEY")
+              "UNSIGNED (KJIT_REMOTE_CACHE_UNSIGNED=1): any client that can write to it can make "
+              "this node run its code; set KJIT_REMOTE_CACHE_KEY_FILE to sign")
     state = f"Redis {r['server']}" if r.get("reachable") else f"unreachable: {r.get('error')}"
     return f"{r['url']} ({state}); {signed}"
 

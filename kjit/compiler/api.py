@@ -30,7 +30,7 @@ from ..cache.core import bypass, creation_lock, enabled_by_env, lookup_hashed, u
 from ..cache.key import KEY_ENV_VARS, env_fingerprint, key_hash, sha256
 from ..cache.store import CacheWarning
 from ..objectcode import ObjectCode
-from . import includes, manifest, observe, search
+from . import includes, manifest, observe, roots, search
 from .identity import compiler_identity
 from .options import CompileOptions
 from .request import BACKENDS, CompileRequest, make_request
@@ -285,10 +285,8 @@ def observed_description(req: Any, path: Any, read: list, probed: list) -> dict[
 
 
 def _key_path(options: Any) -> Callable[[str], str]:
-    try:
-        from . import roots
-    except ImportError:
-        return str
+    """How the key names a file (compiler/roots.py): below its root, unless line or debug
+    information puts paths into the binary."""
     return str if roots.paths_matter(options) else roots.key_path
 
 
@@ -310,8 +308,18 @@ def describe(req: Any, res: Any) -> dict[str, Any]:
         "source_sha256": sha256(req.source), "name": req.name, "arch": req.arch,
         "target": req.target, "backend": req.backend, "options": req.options.describe(),
         "name_expressions": list(req.name_expressions), "compiler": compiler_identity(req.backend),
-        "env": env_fingerprint(req.backend), **(res.key() if res is not None else {}),
+        "env": env_fingerprint(req.backend), **(_headers_key(res, req.options) if res is not None else {}),
     }
+
+
+def _headers_key(res: Any, options: Any) -> dict[str, list]:
+    """The headers part of a key: headers under kjit's own roots named below their root
+    (compiler/roots.py), unless line or debug information puts their paths into the binary."""
+    out = res.key()
+    if not roots.paths_matter(options):
+        out["headers"] = [[kind, roots.key_path(name) if kind == "file" else name, digest]
+                          for kind, name, digest in out["headers"]]
+    return out
 
 
 def compile_key(source: str, **kwargs: Any) -> str:

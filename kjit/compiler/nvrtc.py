@@ -38,6 +38,22 @@ def _read(prog, size_fn, get_fn, what: str) -> bytes:
     return bytes(buf)
 
 
+def _warn_if_no_kernel(source: str, code: bytes, target: str, name: str) -> None:
+    import warnings
+    from .hints import uninstantiated_templates
+    if target == "ptx":
+        has = b".entry" in code
+    elif target == "cubin":
+        from ..formats.elf import ElfFile
+        has = bool(ElfFile(code).cuda_kernels())
+    else:
+        return  # LTO-IR: kernels are named at link time
+    text = uninstantiated_templates(source, (), has)
+    if text:
+        from ..errors import CompileWarning
+        warnings.warn(f"{name}: {text}", CompileWarning, stacklevel=2)
+
+
 def compile_source(source: str, *, name: str, arch: str, target: str, options: CompileOptions,
                    name_expressions: Sequence[str] = (), search: Any = None
                    ) -> tuple[bytes, str, dict[str, str], float]:
@@ -65,12 +81,13 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             _, text = nvrtc.nvrtcGetErrorString(result)
             message = f"NVRTC could not compile {name} for {arch} ({text.decode()})"
-            if path.automatic_dirs:
+            from .hints import explain, host_toolkit_header, is_error_directive
+            # a header's own #error, or a host API: the hint says why, not versions
+            if path.automatic_dirs and not (is_error_directive(log_text) or host_toolkit_header(log_text)):
                 from .toolkit_headers import failure_note
                 note = failure_note(log_text, ".".join(map(str, version())))
                 message += f"\n{note}" if note else ""
-            from .stdheaders import explain_missing
-            hint = explain_missing(log_text, options.std_headers)
+            hint = explain(log_text, options.std_headers)
             message += f"\n{hint}" if hint else ""
             raise compile_error(
                 message,
@@ -83,6 +100,8 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
         code = _read(prog, *getters, target)
         if target == "ptx":
             code = code.rstrip(b"\0")
+        if not name_expressions and "template" in source:
+            _warn_if_no_kernel(source, code, target, name)
         symbols = {}
         for expr in name_expressions:
             err, lowered = nvrtc.nvrtcGetLoweredName(prog, expr.encode())

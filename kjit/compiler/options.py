@@ -21,7 +21,9 @@ _RESERVED_FLAGS = ("-arch", "--gpu-architecture", "--offload-arch", "-dlto", "--
 
 
 _FIELDS = ("std", "defines", "include_dirs", "headers", "fast_math", "line_info", "debug",
-           "max_registers", "relocatable", "extra", "toolkit_headers", "std_headers")
+           "max_registers", "relocatable", "extra", "toolkit_headers", "std_headers",
+           "nvcc_prelude")
+PRELUDE = "__kjit_prelude.h"  # in stdinc/: what nvcc's implicit cuda_runtime.h gives device code
 
 
 class CompileOptions:
@@ -34,7 +36,9 @@ class CompileOptions:
     toolkit_headers: search the CUDA toolkit and CCCL headers from NVIDIA's wheels after
     everything else (HIP: the names of hiprtc's built-in headers); see docs/headers.md.
     std_headers: kjit's device-side <cstdint>, <cmath>, <cstdio>, <algorithm>... (NVRTC only,
-    searched after every other directory; docs/headers.md).
+    searched after every other directory; docs/headers.md). nvcc_prelude: pre-include what
+    nvcc's implicit cuda_runtime.h gives device code (INFINITY, NAN, M_PI, FLT_MAX, INT_MAX,
+    uint...; NVRTC only; docs/headers.md).
 
     Immutable; `replace(**changes)` gives a changed copy. A plain class rather than a frozen
     dataclass: `dataclasses` imports `inspect`, a quarter of what a fresh process pays to hit
@@ -54,6 +58,7 @@ class CompileOptions:
     extra: tuple[str, ...]
     toolkit_headers: bool
     std_headers: bool
+    nvcc_prelude: bool
 
     def __init__(self, std: str | None = None,
                  defines: Mapping[str, str | None] | Sequence[str] = (),
@@ -61,7 +66,8 @@ class CompileOptions:
                  headers: Mapping[str, str] | None = None, fast_math: bool = False,
                  line_info: bool = False, debug: bool = False, max_registers: int | None = None,
                  relocatable: bool = False, extra: Sequence[str] = (),
-                 toolkit_headers: bool = True, std_headers: bool = True) -> None:
+                 toolkit_headers: bool = True, std_headers: bool = True,
+                 nvcc_prelude: bool = True) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - immutable
         if std is not None and std not in CUDA_STDS:
             raise InvalidOptionError(f"std={std!r} is not one of {', '.join(CUDA_STDS)}")
@@ -86,7 +92,7 @@ class CompileOptions:
                                     for k, v in headers.items())))
         for flag, value in (("fast_math", fast_math), ("line_info", line_info), ("debug", debug),
                             ("relocatable", relocatable), ("toolkit_headers", toolkit_headers),
-                            ("std_headers", std_headers)):
+                            ("std_headers", std_headers), ("nvcc_prelude", nvcc_prelude)):
             if not isinstance(value, bool):
                 raise InvalidOptionError(f"{flag} must be True or False, got {value!r}")
             set_(flag, value)
@@ -148,6 +154,7 @@ class CompileOptions:
             "max_registers": self.max_registers, "relocatable": self.relocatable,
             "extra": list(self.extra), "toolkit_headers": self.toolkit_headers,
             "std_headers": self.std_headers,
+            "nvcc_prelude": prelude_digest() if self.nvcc_prelude else False,
         }
 
 
@@ -178,6 +185,24 @@ def _normalise_defines(defines: Any) -> tuple[tuple[str, str | None], ...]:
     return tuple(items)
 
 
+_prelude: list[str] = []
+
+
+def prelude_text() -> str:
+    """The nvcc prelude's text (stdinc/__kjit_prelude.h), read once."""
+    if not _prelude:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "stdinc", PRELUDE)) as f:
+            text = f.read()
+        from ..hashing import sha256
+        _prelude[:] = [text, sha256(text.encode()).hexdigest()]
+    return _prelude[0]
+
+
+def prelude_digest() -> str:
+    prelude_text()
+    return _prelude[1]
+
+
 def nvrtc_flags(opts: CompileOptions, arch: str, target: str) -> list[str]:
     """The NVRTC command line for these options; the one place CompileOptions become flags."""
     flags = [f"--gpu-architecture={arch}"]
@@ -198,5 +223,7 @@ def nvrtc_flags(opts: CompileOptions, arch: str, target: str) -> list[str]:
         flags.append("--device-debug")
     if opts.max_registers is not None:
         flags.append(f"--maxrregcount={opts.max_registers}")
+    if opts.nvcc_prelude:  # an in-memory header (search.automatic_headers), before the source
+        flags.append(f"--pre-include={PRELUDE}")
     flags += list(opts.extra)
     return flags

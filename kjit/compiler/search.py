@@ -3,7 +3,8 @@
 NVRTC and hiprtc look in this order, and kjit's include resolution (includes.py), which
 keys the cache, follows the same SearchPath:
   1. in-memory headers by exact name: CompileOptions.headers, then the automatic ones
-     (HIP: the names hiprtc's built-ins provide, hip_headers.py);
+     (HIP: the names hiprtc's built-ins provide, hip_headers.py; CUDA: the nvcc prelude,
+     pre-included, stdinc/__kjit_prelude.h);
   2. for "quoted" includes, the including file's directory (for the main source, its name's
      directory: `kjit compile dir/k.cu` finds dir/x.cuh, as nvcc does);
   3. CompileOptions.include_dirs, then -I / --include-path= flags in `extra`, in order;
@@ -49,7 +50,12 @@ def extra_include_dirs(extra: Sequence[str]) -> list[str]:
     return out
 
 
-def automatic_headers(enabled: bool, backend: str) -> Mapping[str, str]:
+def automatic_headers(enabled: bool, backend: str, prelude: bool = False) -> Mapping[str, str]:
+    if backend == "cuda":
+        if not prelude:
+            return {}
+        from .options import PRELUDE, prelude_text
+        return {PRELUDE: prelude_text()}
     if not enabled or backend != "hip":
         return {}
     from . import hip_headers, hiprtc
@@ -74,7 +80,7 @@ def std_header_dirs(enabled: bool, backend: str, before: Sequence[str]) -> tuple
 def for_options(options, backend: str) -> SearchPath:
     """The search path of a compile with these CompileOptions on this backend."""
     enabled = getattr(options, "toolkit_headers", True)
-    auto_headers = automatic_headers(enabled, backend)
+    auto_headers = automatic_headers(enabled, backend, getattr(options, "nvcc_prelude", False))
     headers = dict(options.headers)
     for name, text in auto_headers.items():
         headers.setdefault(name, text)

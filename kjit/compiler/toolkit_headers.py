@@ -144,16 +144,38 @@ def _pathfinder_remembered() -> dict[str, str | None]:
 
 
 CRT_ANCHOR = "crt/mma.h"
+# Where a CUDA toolkit keeps crt/ when no wheel provides it, after $CUDA_HOME / $CUDA_PATH.
+SYSTEM_TOOLKITS = ("/usr/local/cuda",)
+
+
+def _toolkit_includes() -> list[str]:
+    """Include directories of CUDA toolkits: $CUDA_HOME, $CUDA_PATH, $CONDA_PREFIX, then
+    /usr/local/cuda (plain and targets/<arch>-linux layouts)."""
+    import platform
+    roots = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX")]
+    out = []
+    for root in [r for r in roots if r] + list(SYSTEM_TOOLKITS):
+        out.append(os.path.join(root, "include"))
+        out.append(os.path.join(root, "targets", f"{platform.machine()}-linux", "include"))
+    return out
 
 
 @functools.lru_cache(maxsize=None)
 def crt_dir(cudart: str | None) -> str | None:
-    """The include directory holding crt/ (nvidia-cuda-crt) when it is not the runtime
-    headers' own: wheels installed to different places (`pip install --target` beside a
-    system site-packages) split what a toolkit keeps in one include directory."""
+    """The include directory holding crt/ when the runtime headers' own has none: wheels
+    installed to different places (`pip install --target` beside a system site-packages)
+    split what a toolkit keeps in one directory, and PyTorch's runtime-header wheels ship
+    mma.h without the crt/ it includes. An nvidia-cuda-crt wheel on sys.path first, then a
+    CUDA toolkit's include directory."""
     if cudart is None or os.path.isfile(os.path.join(cudart, CRT_ANCHOR)):
         return None
-    return _on_sys_path("cudart", CRT_ANCHOR)
+    found = _on_sys_path("cudart", CRT_ANCHOR)
+    if found:
+        return found
+    for d in _toolkit_includes():
+        if os.path.isfile(os.path.join(d, CRT_ANCHOR)):
+            return os.path.realpath(d)
+    return None
 
 
 def dirs() -> tuple[str, ...]:
