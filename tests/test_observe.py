@@ -410,6 +410,20 @@ def test_without_the_observer_compiles_are_keyed_by_scanning(tmp_path, monkeypat
     assert "header keys     scanned" in out.stdout
 
 
+def test_when_the_library_cannot_be_hooked_the_scanner_keys_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(observe, "_state", dict(observe._state, installed={}, error=None))
+    monkeypatch.setitem(observe.REQUIRED, "cuda", (("libnvrtc-that-is-not-loaded",),))
+    inc = tmp_path / "inc"
+    write(inc / "a.h", "#define VAL 1111111\n")
+    src, opts = '#include "a.h"\n' + KERNEL, dict(include_dirs=[str(inc)])
+    first = ptx(src, **opts)                                    # compiled once, keyed by the scan
+    assert val(first) == 1111111 and first.cache_hit is False
+    assert not observe.available() and "not found to hook" in observe.describe()["reason"]
+    assert ptx(src, **opts).cache_hit is True
+    write(inc / "a.h", "#define VAL 2222222\n")
+    assert val(ptx(src, **opts)) == 2222222
+
+
 def test_info_says_compiles_are_observed():
     out = subprocess.run([sys.executable, "-m", "kjit", "info"], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=str(REPO)))

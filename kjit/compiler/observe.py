@@ -66,6 +66,7 @@ def install(backend: str) -> bool:
             patched = mod.install(list(LIBRARIES[backend]))
         except OSError as exc:
             _state["error"] = f"could not hook the {backend} compiler library: {exc}"
+            _state["installed"][backend] = False
             return False
     hooked = {os.path.basename(p) for p, n in patched if n > 0}
     need = REQUIRED[backend]
