@@ -122,7 +122,10 @@ def _scratch_dirs(records: list, tmp: str) -> list[str]:
     return sorted(out)
 
 
-def classify(records: list | None, *, source_name: str = "") -> Observation:
+def classify(records: list | None, *, source_name: str = "", ignore: tuple[str, ...] = ()
+             ) -> Observation:
+    """Sort one compile's records. `ignore`: directories whose files are the compiler's own
+    state, not inputs (a precompiled-header directory)."""
     obs = Observation()
     if not records:  # out of memory, or not one call seen (NVRTC always stats the source's
         obs.complete = False  # name): this compile was not observed, nothing can be trusted
@@ -130,7 +133,7 @@ def classify(records: list | None, *, source_name: str = "") -> Observation:
     import tempfile  # a miss only: a disk hit never loads it
     cwd = obs.cwd.rstrip("/") + "/"
     tmp = tempfile.gettempdir().rstrip("/") + "/"
-    scratch = tuple(_scratch_dirs(records, tmp))
+    scratch = tuple(_scratch_dirs(records, tmp)) + tuple(os.path.join(d, "") for d in ignore)
     src_dir = os.path.dirname(os.path.join(obs.cwd, source_name)) + "/"
     internal = {src_dir + n for n in NVRTC_INTERNAL + (os.path.basename(source_name),)}
     opened: dict[str, tuple] = {}
@@ -183,9 +186,10 @@ def collecting() -> Iterator[list]:
 
 
 @contextlib.contextmanager
-def recording(backend: str, source_name: str = "") -> Iterator[None]:
+def recording(backend: str, source_name: str = "", ignore: tuple[str, ...] = ()
+              ) -> Iterator[None]:
     """Around the compiler's compile call (its library loaded by then): record this thread's
-    file calls from it, for the enclosing collecting() block, if any."""
+    file calls from it, for the enclosing collecting() block, if any. `ignore`: as classify's."""
     sink = getattr(_tls, "sink", None)
     mod = _module() if sink is not None and enabled() else None
     if mod is None or mod.recording() or not install(backend):
@@ -196,7 +200,7 @@ def recording(backend: str, source_name: str = "") -> Iterator[None]:
         yield
     finally:
         records = mod.stop()
-        sink.append(classify(records, source_name=source_name))
+        sink.append(classify(records, source_name=source_name, ignore=ignore))
 
 
 def merge(observations: list) -> Observation:
