@@ -320,6 +320,18 @@ def test_header_changed_between_the_read_and_the_key_is_not_stored(tmp_path, mon
     assert val(got) == 2222222
 
 
+def test_a_header_dated_in_the_future_is_still_cached(tmp_path):
+    """Archives and skewed clocks leave future mtimes: only ctime tells a recent write."""
+    inc = tmp_path / "inc"
+    header = write(inc / "a.h", "#define VAL 1111111\n")
+    future = time.time() + 10 * 365 * 86400
+    os.utime(header, (future, future))
+    settle()
+    src, opts = '#include "a.h"\n' + KERNEL, dict(include_dirs=[str(inc)])
+    assert ptx(src, **opts).cache_hit is False
+    assert ptx(src, **opts).cache_hit is True
+
+
 def test_a_thread_swapping_a_header_during_compiles_never_leaves_a_wrong_entry(tmp_path):
     import threading
     inc = tmp_path / "inc"

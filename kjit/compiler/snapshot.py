@@ -210,7 +210,8 @@ def from_observation(obs: Any, started: float) -> "tuple[Snapshot, list[tuple[st
     observed compile that started at `started` (time.time()) saw; None when that cannot be
     known: a file changed between the compiler's read and now, or changed so close to the
     compile's start that the file system's timestamps could not show a second change (ccache's
-    rule), or a path looked for was found afterwards."""
+    rule, on ctime: every write sets it, nothing sets it back, and a future mtime is no
+    change), or a path looked for was found afterwards."""
     if not obs.complete:
         return None
     snap = Snapshot()
@@ -225,7 +226,7 @@ def from_observation(obs: Any, started: float) -> "tuple[Snapshot, list[tuple[st
         except OSError:
             return None
         if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != (ino, size, mtime, ctime) \
-                or file_sig(after) != file_sig(st) or max(mtime, ctime) >= limit:
+                or file_sig(after) != file_sig(st) or ctime >= limit:
             return None
         snap.add_file(path, st, sha)
         read.append((path, sha))
