@@ -222,3 +222,27 @@ def test_toolkit_record_and_facts_are_not_read_from_an_untrusted_cache_dir(tmp_p
     assert toolkit_headers._record_path() is not None and facts._path() is not None
     os.chmod(cache, 0o777)
     assert toolkit_headers._record_path() is None and facts._path() is None
+
+
+@pytest.mark.parametrize("backend", ["cuda", "hip"])
+def test_an_evicted_entry_is_compiled_again_and_stored(tmp_path, backend):
+    """The remembered key's entry is gone: the compile runs again and is stored under it, even
+    where the compiler now reads fewer files (clang reads /etc/os-release once per process)."""
+    if backend == "hip":
+        from kjit.compiler import hiprtc
+        if not hiprtc.available():
+            pytest.skip("no hiprtc library here")
+    inc = tmp_path / "inc"
+    write(inc / "a.h", "#define VAL 1111111\n")
+    src = '#include "a.h"\n' + KERNEL + f"// {tmp_path.name}\n"
+    opts = kjit.CompileOptions(include_dirs=[str(inc)])
+    arch = "gfx90a" if backend == "hip" else "sm_80"
+
+    def build():
+        return kjit.compile(src, arch=arch, backend=backend, options=opts)
+    first = build()
+    assert first.cache_hit is False and build().cache_hit is True
+    kjit.cache.clear()
+    again = build()
+    assert again.cache_hit is False and again.code == first.code
+    assert build().cache_hit is True

@@ -128,7 +128,11 @@ def compile(source: str, *, arch=None, target: str | None = None,
         sig = None
     memo = _memo.get(sig) if sig is not None else None
     if memo is not None and memo.valid():
-        return lookup_hashed(memo.key, NAMESPACE, memo.create, label=memo.label, meta=memo.meta, t0=t0)
+        try:
+            return lookup_hashed(memo.key, NAMESPACE, memo.create, label=memo.label,
+                                 meta=memo.meta, t0=t0)
+        except _HeadersChanged:  # its entry was gone, and a compile now reads other files
+            _memo.pop(sig, None)
 
     req = make_request(source, arch=arch, target=target, options=options,
                        name_expressions=name_expressions, backend=backend, name=name)
@@ -205,6 +209,16 @@ class _Observed:
     def __init__(self, req: CompileRequest, path: Any):
         self.req, self.path = req, path
         self.desc: dict | None = None
+        self.read: list = []
+        self.probed: list = []
+
+    def within(self, snap: Any) -> bool:
+        """True if the last compile read only files `snap` holds, with the same contents, and
+        found only files it holds: its binary is then the one `snap`'s key describes (a
+        compiler may read fewer files once it has cached some, as clang does /etc/os-release)."""
+        files = snap.files
+        return all(p in files and files[p][4] == sha for p, sha in self.read) and \
+            all(p in files for p in self.probed)
 
     def compile(self) -> tuple[ObjectCode, str | None, Any]:
         """Compile, observed: (binary, key or None, Snapshot). Raises _NotObserved when this
@@ -218,8 +232,8 @@ class _Observed:
         got = from_observation(observe.merge(seen), started)
         if got is None:
             return obj, None, None
-        snap, read, probed = got
-        self.desc = observed_description(self.req, self.path, read, probed)
+        snap, self.read, self.probed = got
+        self.desc = observed_description(self.req, self.path, self.read, self.probed)
         return obj, key_hash(NAMESPACE, self.desc), snap
 
 
@@ -259,7 +273,7 @@ def _remember(sig: tuple | None, k: str, snap: Any, job: _Observed, label: str,
               meta: Callable[[], dict]) -> _Memo:
     def create() -> ObjectCode:  # the entry is gone (evicted): compile it again, observed
         obj, k2, _ = job.compile()
-        if k2 != k:
+        if k2 != k and (k2 is None or not job.within(snap)):
             raise _HeadersChanged()
         return obj
 
