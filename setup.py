@@ -8,5 +8,6 @@ setup(ext_modules=[Extension("kjit.runtime._launch",
                              ["kjit/runtime/_launch.c", "kjit/runtime/_foreign.c", "kjit/runtime/_tables.c"],
                              depends=["kjit/runtime/_launch.h"],
                              libraries=["dl"], optional=True),
-                   Extension("kjit.compiler._observe", ["kjit/compiler/_observe.c"],
-                             libraries=["dl"], optional=True)])
+                   Extension("kjit.compiler._observe",
+                             ["kjit/compiler/_observe.c", "kjit/compiler/_observe_got.c"],
+                             depends=["kjit/compiler/_observe.h"], libraries=["dl"], optional=True)])

@@ -124,6 +124,18 @@ def bypass(namespace: str, create: Callable[[], ObjectCode], label: str = "") ->
     return obj
 
 
+class Made:
+    """A create() for a result made before its key was known (an observed compile: the key
+    comes from what it read); `made_s` is how long the making took, for the entry's
+    metadata and events."""
+
+    def __init__(self, obj: ObjectCode, made_s: float):
+        self.obj, self.made_s = obj, made_s
+
+    def __call__(self) -> ObjectCode:
+        return self.obj
+
+
 def creation_lock(name: str) -> Any:
     """The cross-process lock `lookup_hashed` creates an entry under, for work that must
     happen before the key is known (a nullcontext without a usable disk)."""
@@ -279,7 +291,7 @@ def _create(c: Cache, disk: DiskStore | None, k: str, namespace: str,
             waited: float, tier: Any = None) -> ObjectCode:
     t1 = time.perf_counter()
     obj = create()
-    create_s = time.perf_counter() - t1
+    create_s = getattr(create, "made_s", None) or time.perf_counter() - t1
     if not isinstance(obj, ObjectCode):
         raise TypeError(f"cache create() for {namespace!r} returned {type(obj).__name__}, not ObjectCode")
     c.session["misses"] += 1

@@ -6,33 +6,23 @@ named libraries among the loaded objects (dl_iterate_phdr) and points their GOT 
 those calls (JUMP_SLOT and GLOB_DAT relocations) at wrappers that call libc and, while the
 calling thread records (start()/stop()), note the path, whether it was found (a regular file
 with its stat, a directory, absent) and whether it was opened for writing. Calls from any other
-library, or from threads not recording, only pay one thread-local test. */
+library, or from threads not recording, only pay one thread-local test. The GOT patching
+itself is in _observe_got.c. */
 #define PY_SSIZE_T_CLEAN
 #define _GNU_SOURCE
 #include <Python.h>
 #include <dirent.h>
-#include <dlfcn.h>
-#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <link.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#if defined(__x86_64__)
-#define R_JUMP_SLOT R_X86_64_JUMP_SLOT
-#define R_GLOB_DAT R_X86_64_GLOB_DAT
-#elif defined(__aarch64__)
-#define R_JUMP_SLOT R_AARCH64_JUMP_SLOT
-#define R_GLOB_DAT R_AARCH64_GLOB_DAT
-#else
-#error "kjit._observe: unsupported architecture"
-#endif
+#include "_observe.h"
+
 
 enum { K_ABSENT = 0, K_FILE = 1, K_DIR = 2, K_OTHER = 3, K_ERROR = 4, K_WRITE = 5 };
 
@@ -283,7 +273,6 @@ static DIR *w_opendir(const char *path) {
     return d;
 }
 
-typedef struct { const char *name; void *wrapper; void **real; } Hook;
 
 #define HOOK(n) {#n, (void *)w_##n, (void **)&real_##n}
 static Hook hooks[] = {
@@ -297,113 +286,11 @@ static Hook hooks[] = {
 
 /* ---- installing: point the GOT entries of the named libraries at the wrappers ---------- */
 
-#if defined(__x86_64__)
-#define COMPAT_VERSION "GLIBC_2.2.5"
-#else
-#define COMPAT_VERSION "GLIBC_2.17"
-#endif
-
-static int resolve_reals(void) {
-    for (size_t i = 0; i < NHOOKS; i++) {
-        void *f = dlsym(RTLD_DEFAULT, hooks[i].name);
-        if (!f) f = dlvsym(RTLD_DEFAULT, hooks[i].name, COMPAT_VERSION);  /* __xstat on glibc >= 2.33 */
-        *hooks[i].real = f;
-    }
-    return 0;
-}
-
-typedef struct {
-    const char *const *names;
-    Py_ssize_t nnames;
-    PyObject *patched;  /* list of (library path, slots patched) */
-    int error;
-} Walk;
-
-static uintptr_t rebase(uintptr_t p, uintptr_t base) { return p < base ? p + base : p; }
-
-static int patch_slot(void **slot, void *value, uintptr_t relro_lo, uintptr_t relro_hi) {
-    if (*slot == value) return 0;
-    uintptr_t a = (uintptr_t)slot;
-    int in_relro = a >= relro_lo && a < relro_hi;
-    long page = sysconf(_SC_PAGESIZE);
-    void *pg = (void *)(a & ~(uintptr_t)(page - 1));
-    if (in_relro && mprotect(pg, (size_t)page, PROT_READ | PROT_WRITE) != 0) return -1;
-    __atomic_store_n(slot, value, __ATOMIC_SEQ_CST);
-    if (in_relro) mprotect(pg, (size_t)page, PROT_READ);
-    return 1;
-}
-
-static int matches(const char *path, Walk *w) {
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    for (Py_ssize_t i = 0; i < w->nnames; i++)
-        if (strncmp(base, w->names[i], strlen(w->names[i])) == 0) return 1;
-    return 0;
-}
-
-static int patch_object(struct dl_phdr_info *info, Walk *w) {
-    uintptr_t base = info->dlpi_addr;
-    const ElfW(Dyn) *dyn = NULL;
-    uintptr_t relro_lo = 0, relro_hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn) *)(base + ph->p_vaddr);
-        if (ph->p_type == PT_GNU_RELRO) {
-            relro_lo = base + ph->p_vaddr;
-            relro_hi = relro_lo + ph->p_memsz;
-        }
-    }
-    if (!dyn) return 0;
-    const ElfW(Sym) *symtab = NULL;
-    const char *strtab = NULL;
-    const ElfW(Rela) *jmprel = NULL, *rela = NULL;
-    size_t jmpsz = 0, relasz = 0;
-    for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++) {
-        switch (d->d_tag) {
-        case DT_SYMTAB: symtab = (const ElfW(Sym) *)rebase(d->d_un.d_ptr, base); break;
-        case DT_STRTAB: strtab = (const char *)rebase(d->d_un.d_ptr, base); break;
-        case DT_JMPREL: jmprel = (const ElfW(Rela) *)rebase(d->d_un.d_ptr, base); break;
-        case DT_PLTRELSZ: jmpsz = d->d_un.d_val; break;
-        case DT_RELA: rela = (const ElfW(Rela) *)rebase(d->d_un.d_ptr, base); break;
-        case DT_RELASZ: relasz = d->d_un.d_val; break;
-        case DT_PLTREL: if (d->d_un.d_val != DT_RELA) return 0; break;  /* REL: not on x86_64/aarch64 */
-        }
-    }
-    if (!symtab || !strtab) return 0;
-    int count = 0;
-    const ElfW(Rela) *tables[2] = {jmprel, rela};
-    size_t sizes[2] = {jmpsz, relasz};
-    for (int t = 0; t < 2; t++) {
-        if (!tables[t]) continue;
-        for (size_t i = 0; i < sizes[t] / sizeof(ElfW(Rela)); i++) {
-            const ElfW(Rela) *r = &tables[t][i];
-            unsigned type = (unsigned)ELF64_R_TYPE(r->r_info);
-            if (type != R_JUMP_SLOT && type != R_GLOB_DAT) continue;
-            size_t si = ELF64_R_SYM(r->r_info);
-            if (!si) continue;
-            const char *name = strtab + symtab[si].st_name;
-            for (size_t h = 0; h < NHOOKS; h++) {
-                if (strcmp(name, hooks[h].name) != 0 || !*hooks[h].real) continue;
-                int p = patch_slot((void **)(base + r->r_offset), hooks[h].wrapper, relro_lo, relro_hi);
-                if (p < 0) { w->error = errno; return -1; }
-                count += p;
-                break;
-            }
-        }
-    }
-    return count;
-}
-
-static int walk_cb(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
-    Walk *w = data;
-    if (!info->dlpi_name || !*info->dlpi_name || !matches(info->dlpi_name, w)) return 0;
-    int n = patch_object(info, w);
-    if (n < 0) return 1;
-    PyObject *t = Py_BuildValue("(si)", info->dlpi_name, n);
-    if (!t || PyList_Append(w->patched, t) < 0) { Py_XDECREF(t); w->error = -1; return 1; }
-    Py_DECREF(t);
-    return 0;
+static int append_found(void *ctx, const char *path, int count) {
+    PyObject *t = Py_BuildValue("(si)", path, count);
+    int r = t ? PyList_Append((PyObject *)ctx, t) : -1;
+    Py_XDECREF(t);
+    return r;
 }
 
 static PyObject *install(PyObject *self, PyObject *args) {
@@ -413,24 +300,24 @@ static PyObject *install(PyObject *self, PyObject *args) {
     if (!fast) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
     const char **names = PyMem_Calloc((size_t)n + 1, sizeof(char *));
-    if (!names) { Py_DECREF(fast); return PyErr_NoMemory(); }
-    for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *patched = names ? PyList_New(0) : NULL;
+    int err = patched ? 0 : -1;
+    for (Py_ssize_t i = 0; !err && i < n; i++) {
         names[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(fast, i));
-        if (!names[i]) { PyMem_Free(names); Py_DECREF(fast); return NULL; }
+        if (!names[i]) err = -1;
     }
-    resolve_reals();
-    Walk w = {names, n, PyList_New(0), 0};
-    if (w.patched) dl_iterate_phdr(walk_cb, &w);
+    if (!err) {
+        observe_resolve(hooks, NHOOKS);
+        err = observe_patch(names, (size_t)n, hooks, NHOOKS, append_found, patched);
+    }
     PyMem_Free(names);
     Py_DECREF(fast);
-    if (!w.patched) return NULL;
-    if (w.error == -1) { Py_DECREF(w.patched); return NULL; }
-    if (w.error) {
-        Py_DECREF(w.patched);
-        errno = w.error;
-        return PyErr_SetFromErrno(PyExc_OSError);
+    if (err) {
+        Py_XDECREF(patched);
+        if (err > 0) { errno = err; return PyErr_SetFromErrno(PyExc_OSError); }
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
-    return w.patched;
+    return patched;
 }
 
 static void free_buf(Buf *b) {

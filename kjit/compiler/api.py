@@ -26,7 +26,7 @@ import warnings
 from typing import Any, Callable, Iterable
 
 from .. import arch as arch_mod
-from ..cache.core import bypass, creation_lock, enabled_by_env, lookup_hashed, unstorable
+from ..cache.core import Made, bypass, creation_lock, enabled_by_env, lookup_hashed, unstorable
 from ..cache.key import KEY_ENV_VARS, env_fingerprint, key_hash, sha256
 from ..cache.store import CacheWarning
 from ..objectcode import ObjectCode
@@ -254,6 +254,7 @@ def _keyed_observed(req: CompileRequest, sig: tuple | None, t0: float) -> Object
         with creation_lock("manifest-" + prekey):  # one process compiles a new kernel
             found = manifest.lookup(prekey)
             if found is None:
+                made = time.perf_counter()
                 try:
                     obj, k, snap = job.compile()
                 except _NotObserved as exc:  # the hooks could not be installed: scan instead
@@ -263,7 +264,8 @@ def _keyed_observed(req: CompileRequest, sig: tuple | None, t0: float) -> Object
                     return obj.with_(cache_hit=None)
                 manifest.store(prekey, k, snap)
                 _remember(sig, k, snap, job, req.name, meta)
-                return lookup_hashed(k, NAMESPACE, lambda: obj, label=req.name, meta=meta, t0=t0)
+                return lookup_hashed(k, NAMESPACE, Made(obj, time.perf_counter() - made),
+                                     label=req.name, meta=meta, t0=t0)
     k, snap = found
     return lookup_hashed(k, NAMESPACE, _remember(sig, k, snap, job, req.name, meta).create,
                          label=req.name, meta=meta, t0=t0)
