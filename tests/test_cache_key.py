@@ -28,13 +28,6 @@ def ckey(source=SRC, **kw):
     return compiled.compile_key(source, **kw)
 
 
-def settle():
-    """Let the file system's clock move past a write, as between an edit and a compile: a
-    header changed within one timestamp tick of a compile's start is not trusted to key it."""
-    from kjit.compiler.snapshot import timestamp_granularity
-    time.sleep(timestamp_granularity())
-
-
 def old(path, age=3600):
     """Give a file an mtime in the past, as files in a real tree have (trusted by stat)."""
     t = time.time() - age
@@ -155,7 +148,7 @@ def test_header_edit_two_levels_deep_misses(tree, fresh_edit):
     if not fresh_edit:
         old(leaf, 1800)                                 # different, still old, mtime
     b = kjit.compile(HDR_SRC, arch="sm_90", options=opts)
-    assert b.cache_hit is not True and b.code != a.code  # just written: not stored (racy)
+    assert b.cache_hit is False and b.code != a.code
     leaf.write_text("#define FACTOR 2.0f\n")            # back to the first content: a hit
     assert kjit.compile(HDR_SRC, arch="sm_90", options=opts).code == a.code
 
@@ -179,7 +172,6 @@ def test_new_header_shadowing_an_old_one_misses(tree, tmp_path):
     opts = kjit.CompileOptions(include_dirs=[str(first), str(tree)])
     kjit.compile(HDR_SRC, arch="sm_90", options=opts)
     (first / "top.h").write_text("#define FACTOR 5.0f\n")  # now found before inc/top.h
-    settle()
     assert kjit.compile(HDR_SRC, arch="sm_90", options=opts).cache_hit is False
 
 
@@ -221,6 +213,9 @@ def test_computed_include_through_a_define(tree):
 
 
 def test_unresolvable_computed_include_is_cached_when_observed(tree):
+    from kjit.compiler import observe
+    if not observe.available():
+        pytest.skip("the compile observer is not built")
     src = "#define CAT(a) a\n#include CAT(<top.h>)\n" + KERNEL
     opts = kjit.CompileOptions(include_dirs=[str(tree)])
     assert kjit.compile(src, arch="sm_90", options=opts).cache_hit is False
@@ -242,7 +237,6 @@ def test_has_include_is_watched(tmp_path):
     opts = kjit.CompileOptions(include_dirs=[str(tmp_path)])
     assert kjit.compile(src, arch="sm_90", options=opts).cache_hit is False
     (tmp_path / "opt.h").write_text("#define FACTOR 9.0f\n")
-    settle()
     assert kjit.compile(src, arch="sm_90", options=opts).cache_hit is False
 
 

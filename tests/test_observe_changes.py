@@ -17,6 +17,14 @@ from observe_helpers import KERNEL, ptx, settle, val, write
 
 pytestmark = pytest.mark.skipif(not observe.available(), reason="the compile observer is not built")
 
+REAL_TICK = snapshot.timestamp_granularity  # taken before conftest's fixture replaces it
+
+
+@pytest.fixture
+def real_tick(monkeypatch):
+    """The file system's real timestamp tick (conftest takes it as zero for other tests)."""
+    monkeypatch.setattr(snapshot, "timestamp_granularity", REAL_TICK)
+
 
 # --- 6. one long-lived process: change notification follows what the path names now ------------
 @pytest.fixture
@@ -92,7 +100,7 @@ def test_swapped_symlinked_include_directory_then_in_place_edits(tmp_path, notif
 
 
 # --- 7. a header edited while the compiler runs ------------------------------------------------
-def test_edit_and_revert_during_the_compile_is_returned_not_stored(tmp_path, monkeypatch):
+def test_edit_and_revert_during_the_compile_is_returned_not_stored(tmp_path, monkeypatch, real_tick):
     inc = tmp_path / "inc"
     header = write(inc / "a.h", "#define VAL 1111111\n")
     src, opts = '#include "a.h"\n' + KERNEL, dict(include_dirs=[str(inc)])
@@ -114,7 +122,7 @@ def test_edit_and_revert_during_the_compile_is_returned_not_stored(tmp_path, mon
     assert ptx(src, **opts).cache_hit is True
 
 
-def test_header_changed_between_the_read_and_the_key_is_not_stored(tmp_path, monkeypatch):
+def test_header_changed_between_the_read_and_the_key_is_not_stored(tmp_path, monkeypatch, real_tick):
     """The compiler read one content; when kjit hashes the header it holds another: the
     result must not be filed under the other content's key."""
     inc = tmp_path / "inc"
@@ -147,7 +155,7 @@ def test_a_header_dated_in_the_future_is_still_cached(tmp_path):
     assert ptx(src, **opts).cache_hit is True
 
 
-def test_a_thread_swapping_a_header_during_compiles_never_leaves_a_wrong_entry(tmp_path):
+def test_a_thread_swapping_a_header_during_compiles_never_leaves_a_wrong_entry(tmp_path, real_tick):
     import threading
     inc = tmp_path / "inc"
     header = write(inc / "a.h", "#define VAL 1111111\n")
