@@ -1,9 +1,13 @@
-"""The one compiled piece of kjit: an optional C launch extension (kjit/runtime/_launch.c, with
-the k[config] tables in _tables.c and the framework-array packer in _foreign.c).
-If it cannot be built (no compiler, no Python headers), kjit launches through cuda.bindings."""
+"""kjit's two optional C extensions. The launcher (kjit/runtime/_launch.c, with the k[config]
+tables in _tables.c and the framework-array packer in _foreign.c): without it kjit launches
+through cuda.bindings. The compile observer (kjit/compiler/_observe.c): without it the cache
+keys a compile by scanning its includes (docs/headers.md)."""
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("kjit.runtime._launch",
                              ["kjit/runtime/_launch.c", "kjit/runtime/_foreign.c", "kjit/runtime/_tables.c"],
                              depends=["kjit/runtime/_launch.h"],
-                             libraries=["dl"], optional=True)])
+                             libraries=["dl"], optional=True),
+                   Extension("kjit.compiler._observe",
+                             ["kjit/compiler/_observe.c", "kjit/compiler/_observe_got.c"],
+                             depends=["kjit/compiler/_observe.h"], libraries=["dl"], optional=True)])

@@ -191,6 +191,38 @@ def _repeat_us(src: str, n: int) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
+def _observation_cost(runs: int = 5) -> dict:
+    """What observing a cold compile of the toolkit-header kernel adds: compiles with and
+    without recording, in turns, and the hashing of what was read (the key's input)."""
+    from kjit.compiler import api, observe
+    from kjit.compiler.request import make_request
+    from kjit.compiler.snapshot import from_observation
+    if not observe.available():
+        return {"observation": f"unavailable: {observe.describe()['reason']}"}
+    req = make_request(HEADERS_SOURCE, arch="sm_90")
+    with observe.collecting() as seen:
+        api.compile_uncached(req)                     # hooks installed
+    plain, observed, hashing = [], [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        api.compile_uncached(req)
+        t1 = time.perf_counter()
+        with observe.collecting() as seen:
+            api.compile_uncached(req)
+        t2 = time.perf_counter()
+        assert from_observation(observe.merge(seen), time.time() - 60) is not None
+        t3 = time.perf_counter()
+        plain.append(t1 - t0)
+        observed.append(t3 - t1)
+        hashing.append(t3 - t2)
+    obs = observe.merge(seen)
+    ratios = sorted(o / p for o, p in zip(observed, plain))
+    return {"headers kernel: files read / paths found absent (observed)": f"{len(obs.read)} / {len(obs.absent)}",
+            "headers kernel: cold compile observed / not, paired ratio": f"{statistics.median(ratios):.4f} "
+                                                                         f"[{ratios[0]:.4f}-{ratios[-1]:.4f}]",
+            "headers kernel: hashing what it read ms": statistics.median(hashing) * 1e3}
+
+
 def headers_run() -> dict:
     """The toolkit-header kernel against a small one: cold compile, in-process repeat (with
     change notification, and with the stat check it replaces), a fresh process's disk hit
@@ -235,10 +267,16 @@ def headers_run() -> dict:
                 # both machines' runs fall in a fast and a slow group: say how far apart
                 out[f"{name} kernel: same, min-max of {HIT_RUNS} runs"] = f"{min(comp):.1f}-{max(comp):.1f} ms"
             manifests = cache / "headers"
-            nothing = _fresh_hits({"headers": paths["headers"]}, env,
+            # without a manifest an observed compile's key is known only by compiling: this
+            # figure is the scanner's (KJIT_OBSERVE=0), where includes are resolved instead
+            scan_env = dict(env, KJIT_OBSERVE="0")
+            subprocess.run([sys.executable, "-c", "import kjit; kjit.compile(open(%r).read(), "
+                            "arch='sm_90')" % str(paths["headers"])], env=scan_env, check=True)
+            nothing = _fresh_hits({"headers": paths["headers"]}, scan_env,
                                   before=lambda: shutil.rmtree(manifests, ignore_errors=True))
-            out["headers kernel: same, no manifest (resolving includes) ms"] = \
+            out["headers kernel: same, no manifest (resolving includes, KJIT_OBSERVE=0) ms"] = \
                 statistics.median(c for _, c in nothing["headers"])
+            out.update(_observation_cost())
         finally:
             if saved is None:
                 os.environ.pop("KJIT_CACHE_DIR", None)

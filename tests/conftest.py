@@ -58,6 +58,16 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _header_edits_are_settled(monkeypatch):
+    """Tests write a header and compile the next instant; a user's edit comes a moment before.
+    A header changed within the file system's clock tick of a compile's start is not trusted
+    to key it (docs/headers.md), so here the tick is taken as zero; the tests of that rule
+    (test_observe_changes.py) ask for the real one."""
+    from kjit.compiler import snapshot
+    monkeypatch.setattr(snapshot, "timestamp_granularity", lambda: 0.0)
+
+
 @pytest.fixture
 def saxpy_src() -> str:
     return SAXPY

@@ -212,7 +212,18 @@ def test_computed_include_through_a_define(tree):
     assert len(res.deps) == 3
 
 
-def test_unresolvable_computed_include_compiles_uncached(tree):
+def test_unresolvable_computed_include_is_cached_when_observed(tree):
+    from kjit.compiler import observe
+    if not observe.available():
+        pytest.skip("the compile observer is not built")
+    src = "#define CAT(a) a\n#include CAT(<top.h>)\n" + KERNEL
+    opts = kjit.CompileOptions(include_dirs=[str(tree)])
+    assert kjit.compile(src, arch="sm_90", options=opts).cache_hit is False
+    assert kjit.compile(src, arch="sm_90", options=opts).cache_hit is True
+
+
+def test_unresolvable_computed_include_compiles_uncached_when_scanned(tree, monkeypatch):
+    monkeypatch.setenv("KJIT_OBSERVE", "0")  # the scanner: it cannot follow this macro
     src = "#define CAT(a) a\n#include CAT(<top.h>)\n" + KERNEL
     opts = kjit.CompileOptions(include_dirs=[str(tree)])
     with pytest.warns(CacheWarning, match="macro"):

@@ -39,7 +39,8 @@ class Cache:
         # every FLUSH_INTERVAL_S: a write on every disk hit would sit between a fresh
         # process and its first launch.
         self.next_flush = time.monotonic() + FLUSH_INTERVAL_S
-        self.session = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "corrupt": 0, "remote_hits": 0}
+        self.session = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "corrupt": 0, "remote_hits": 0,
+                        "unstorable": 0}
         self._warned: set[str] = set()
 
     def warn_once(self, what: str, message: str) -> None:
@@ -124,6 +125,64 @@ def bypass(namespace: str, create: Callable[[], ObjectCode], label: str = "") ->
         dt = time.perf_counter() - t0
         events.emit(events.CacheEvent(events.BYPASS, namespace, "", label, dt, dt, size=len(obj.code)))
     return obj
+
+
+class Made:
+    """A create() for a result made before its key was known (an observed compile: the key
+    comes from what it read); `made_s` is how long the making took, for the entry's
+    metadata and events."""
+
+    def __init__(self, obj: ObjectCode, made_s: float):
+        self.obj, self.made_s = obj, made_s
+
+    def __call__(self) -> ObjectCode:
+        return self.obj
+
+
+def creation_lock(name: str) -> Any:
+    """The cross-process lock `lookup_hashed` creates an entry under, for work that must
+    happen before the key is known (a nullcontext without a usable disk)."""
+    import contextlib
+    disk = current().disk
+    if disk is None:
+        return contextlib.nullcontext(0.0)
+    return _SafeLock(disk, name)
+
+
+class _SafeLock:
+    """disk.lock(name), or nothing if the disk cannot lock (caching then degrades as usual)."""
+
+    def __init__(self, disk: Any, name: str):
+        self.cm = disk.lock(name)
+
+    def __enter__(self) -> float:
+        try:
+            return self.cm.__enter__()
+        except Unavailable:
+            self.cm = None
+            return 0.0
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.cm is not None:
+            self.cm.__exit__(*exc)
+
+
+def unstorable(namespace: str, label: str = "") -> None:
+    """Count a result returned but not stored, because what made it changed while it was made
+    (`kjit cache stats`: "unstorable")."""
+    c = current()
+    c.session["unstorable"] += 1
+    store = getattr(c.disk, "top", c.disk)  # layers.Layered: its writable directory
+    if store is None or getattr(store, "read_only", False):
+        return
+    try:
+        with store.usage.transact():
+            store.usage.incr(UNSTORABLE_STAT, 1)
+    except Exception:  # counters are best effort
+        pass
+
+
+UNSTORABLE_STAT = "stat:unstorable"
 
 
 def lookup_hashed(k: str, namespace: str, create: Callable[[], ObjectCode], *, label: str = "",
@@ -238,7 +297,7 @@ def _create(c: Cache, disk: DiskStore | None, k: str, namespace: str,
             waited: float, tier: Any = None) -> ObjectCode:
     t1 = time.perf_counter()
     obj = create()
-    create_s = time.perf_counter() - t1
+    create_s = getattr(create, "made_s", None) or time.perf_counter() - t1
     if not isinstance(obj, ObjectCode):
         raise TypeError(f"cache create() for {namespace!r} returned {type(obj).__name__}, not ObjectCode")
     c.session["misses"] += 1

@@ -115,6 +115,7 @@ def stats() -> dict[str, Any]:
             "disk_bytes": disk.volume(), "size_limit": disk.size_limit, "hits": hits,
             "misses": misses, "hit_rate": round(hits / (hits + misses), 4) if hits + misses else None,
             "unreadable": disk.foreign_rows(), "read_only": disk.read_only,
+            "unstorable": int(disk.tables()[1].get_number("stat:unstorable") or 0),
             "session": dict(c.session), "remote": _remote_counts(disk)}
 
 

@@ -13,7 +13,7 @@ import os
 import stat
 from pathlib import Path
 
-SUBDIRS = ("entries", "usage", "locks")
+SUBDIRS = ("entries", "usage", "locks", "headers")
 
 
 class Untrusted(OSError):
@@ -54,6 +54,42 @@ def _check(path: Path, st: os.stat_result, what: str) -> None:
         raise Untrusted(errno.EPERM, f"the {what} {path} is writable by every user (mode "
                         f"{stat.S_IMODE(st.st_mode):o}), so anyone could plant code in it: "
                         f"`chmod o-w {path}` or set KJIT_CACHE_DIR to a private directory")
+
+
+def trusted(path: Path) -> bool:
+    """True if kjit may read what the cache directory `path` holds (check_directory passes,
+    or it does not exist yet)."""
+    try:
+        check_directory(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def read_private(path: Path, limit: int) -> bytes:
+    """Up to `limit` + 1 bytes of a file kjit wrote in its cache directory, never through a
+    symbolic link; Untrusted if the file or the directory holding it belongs to another
+    user (root excepted) or is writable by others."""
+    if hasattr(os, "geteuid"):
+        _check(path.parent, os.lstat(path.parent), "cache subdirectory")
+        if stat.S_ISLNK(os.lstat(path.parent).st_mode):
+            raise Untrusted(errno.EPERM, f"{path.parent} is a symbolic link")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if hasattr(os, "geteuid"):
+            _check(path, os.fstat(fd), "cache file")
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def open_lock(directory: Path, name: str) -> int:

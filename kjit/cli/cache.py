@@ -126,6 +126,8 @@ def stats_cmd(remote: bool, as_json: bool) -> None:
                 + ("\nread-only  yes (new results are not stored here)" if d["read_only"] else "")
                 + (f"\nunreadable {d['unreadable']} rows kjit did not write (`kjit cache verify` "
                    "removes them)" if d["unreadable"] else "")
+                + (f"\nunstorable {d['unstorable']} results returned but not stored (a header "
+                   "changed while it compiled)" if d.get("unstorable") else "")
                 + cache_remote.local_lines(d))
     emit(s, as_json, text)
 

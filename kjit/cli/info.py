@@ -61,6 +61,8 @@ def gather() -> dict:
     except Exception:
         info["hiprtc"] = None
     info["headers"] = _headers(info["hiprtc"])
+    from ..compiler import observe
+    info["header_keys"] = observe.describe()
     return info
 
 
@@ -124,6 +126,11 @@ def _text(d: dict) -> str:
                      f"{dev['memory_bytes'] / 2**30:.0f} GiB)")
     lines.append(f"NVRTC archs     {', '.join(d['nvrtc_archs'])}")
     lines += _header_lines(d.get("headers") or {})
+    keys = d.get("header_keys") or {}
+    lines.append("header keys     " + (
+        "observed (the files the compiler opened and the paths it found absent)"
+        if keys.get("mode") == "observed" else
+        f"scanned (kjit's include scan; {keys.get('reason')})"))
     lines.append(f"cache           {d['cache_dir']}")
     lines.append(f"remote cache    {_remote_text(d.get('remote_cache'))}")
     return "\n".join(lines)

@@ -1,18 +1,22 @@
-"""kjit.compile: the source passes down once — validate the request, resolve its includes,
-derive the exact key, look it up in the cache, compile on a miss, store, return ObjectCode.
+"""kjit.compile: the source passes down once — validate the request, find the exact key,
+look it up in the cache, compile on a miss, store, return ObjectCode.
 
-The key (namespace "compile") covers: the source, its name, every header it can read with
-contents (kjit.compiler.includes), all options after normalisation, name expressions,
-target, arch, backend, the compiler's identity and version, the environment variables that
-change compilation (kjit.cache.key.KEY_ENV_VARS) and the cache schema version.
+The key (namespace "compile") covers: the source, its name, every file the compiler read
+with its contents, the in-memory headers, all options after normalisation, name
+expressions, target, arch, backend, the compiler's identity and version, the environment
+variables that change compilation (kjit.cache.key.KEY_ENV_VARS) and the cache schema version.
 
-Deriving it means resolving includes (reading and scanning every header), so it is
-remembered twice, both times with the Snapshot of the headers it came from
-(kjit.compiler.snapshot): in process, by the call's arguments, trusted while change
-notification (kjit.compiler.watch) reports nothing, else after a stat check; across
-processes, in a manifest (kjit.compiler.manifest), trusted after a stat check. After a
-compile the Snapshot is checked again: a header edited while NVRTC ran makes the result
-unkeyable, and the compile is redone, never stored under the old contents' key.
+What the compiler read is observed, not guessed (compiler/observe.py): a miss compiles with
+the compiler's file calls recorded, keys the result by the files it opened and remembers,
+in a manifest filed under everything known before compiling (ccache's direct mode,
+kjit.compiler.manifest), the Snapshot of those files and of every path it looked for and
+did not find. A later lookup checks that Snapshot (stats; a re-read only on change) to find
+the key without compiling; in process the key is memoised by the call's arguments and
+trusted while change notification (kjit.compiler.watch) reports nothing. A result whose
+inputs changed while it was compiled is returned, never stored.
+
+Where the compiler cannot be observed (the C extension is not built, KJIT_OBSERVE=0), the
+key comes from kjit's own include scan (kjit.compiler.includes) as before.
 """
 from __future__ import annotations
 
@@ -22,11 +26,11 @@ import warnings
 from typing import Any, Callable, Iterable
 
 from .. import arch as arch_mod
-from ..cache.core import bypass, enabled_by_env, lookup_hashed
+from ..cache.core import Made, bypass, creation_lock, enabled_by_env, lookup_hashed, unstorable
 from ..cache.key import KEY_ENV_VARS, env_fingerprint, key_hash, sha256
 from ..cache.store import CacheWarning
 from ..objectcode import ObjectCode
-from . import includes, manifest, roots, search
+from . import includes, manifest, observe, roots, search
 from .identity import compiler_identity
 from .options import CompileOptions
 from .request import BACKENDS, CompileRequest, make_request
@@ -124,13 +128,18 @@ def compile(source: str, *, arch=None, target: str | None = None,
         sig = None
     memo = _memo.get(sig) if sig is not None else None
     if memo is not None and memo.valid():
-        return lookup_hashed(memo.key, NAMESPACE, memo.create, label=memo.label, meta=memo.meta, t0=t0)
+        try:
+            return lookup_hashed(memo.key, NAMESPACE, memo.create, label=memo.label,
+                                 meta=memo.meta, t0=t0)
+        except _HeadersChanged:  # its entry was gone, and a compile now reads other files
+            _memo.pop(sig, None)
 
     req = make_request(source, arch=arch, target=target, options=options,
                        name_expressions=name_expressions, backend=backend, name=name)
+    keyed = _keyed_observed if observe.available(req.backend) else _keyed
     for _ in range(_RETRIES):
         try:
-            return _keyed(req, sig, t0)
+            return keyed(req, sig, t0)
         except _HeadersChanged:
             continue
     return bypass(NAMESPACE, lambda: compile_uncached(req), req.name)
@@ -143,9 +152,11 @@ def compile_uncached(req: CompileRequest) -> ObjectCode:
     return run(req)
 
 
-def _keyed(req: CompileRequest, sig: tuple | None, t0: float) -> ObjectCode:
-    """Key `req` (from a manifest, else by resolving its includes), remember the key, and
-    look it up."""
+def _keyed(req: CompileRequest, sig: tuple | None, t0: float,
+           compiled: ObjectCode | None = None) -> ObjectCode:
+    """Key `req` by scanning (from a manifest, else by resolving its includes), remember the
+    key, and look it up. `compiled`: a binary already made for it (stored only if the
+    headers still hold)."""
     opts = req.options
     path = search.for_options(opts, req.backend)
     prekey = None
@@ -165,6 +176,8 @@ def _keyed(req: CompileRequest, sig: tuple | None, t0: float) -> ObjectCode:
                 _warned.add(str(exc))
                 warnings.warn(f"{req.name}: {exc}; compiling without the cache", CacheWarning,
                               stacklevel=4)
+            if compiled is not None:
+                return compiled.with_(cache_hit=None)
             return bypass(NAMESPACE, lambda: compile_uncached(req), req.name)
         k, snap = key_hash(NAMESPACE, describe(req, res)), res.snapshot
         if prekey is not None and not snap.empty:
@@ -177,7 +190,7 @@ def _keyed(req: CompileRequest, sig: tuple | None, t0: float) -> ObjectCode:
                                             defines=opts.defines, extra=opts.extra)
             if key_hash(NAMESPACE, describe(req, state["res"])) != k:
                 raise _HeadersChanged()
-        obj = compile_uncached(req)
+        obj = compile_uncached(req) if compiled is None else compiled
         if not snap.check():
             raise _HeadersChanged()
         return obj
@@ -190,10 +203,116 @@ def _keyed(req: CompileRequest, sig: tuple | None, t0: float) -> ObjectCode:
     return lookup_hashed(k, NAMESPACE, create, label=req.name, meta=meta, t0=t0)
 
 
-def manifest_key(req: CompileRequest, path: Any) -> str:
-    """What a compile's manifest is filed under: everything in its key but the headers, plus
-    where they are searched for and the in-memory headers' contents."""
+class _Observed:
+    """The key of a compile from what it read, or None (with the binary) where it cannot be."""
+
+    def __init__(self, req: CompileRequest, path: Any):
+        self.req, self.path = req, path
+        self.desc: dict | None = None
+        self.read: list = []
+        self.probed: list = []
+
+    def within(self, snap: Any) -> bool:
+        """True if the last compile read only files `snap` holds, with the same contents, and
+        found only files it holds: its binary is then the one `snap`'s key describes (a
+        compiler may read fewer files once it has cached some, as clang does /etc/os-release)."""
+        files = snap.files
+        return all(p in files and files[p][4] == sha for p, sha in self.read) and \
+            all(p in files for p in self.probed)
+
+    def compile(self) -> tuple[ObjectCode, str | None, Any]:
+        """Compile, observed: (binary, key or None, Snapshot). Raises _NotObserved when this
+        process cannot observe the compiler after all (the binary rides on it)."""
+        from .snapshot import from_observation
+        started = time.time()
+        with observe.collecting() as seen:
+            obj = compile_uncached(self.req)
+        if not seen:
+            raise _NotObserved(obj)
+        got = from_observation(observe.merge(seen), started)
+        if got is None:
+            return obj, None, None
+        snap, self.read, self.probed = got
+        self.desc = observed_description(self.req, self.path, self.read, self.probed)
+        return obj, key_hash(NAMESPACE, self.desc), snap
+
+
+class _NotObserved(Exception):
+    def __init__(self, obj: ObjectCode):
+        super().__init__("not observed")
+        self.obj = obj
+
+
+def _keyed_observed(req: CompileRequest, sig: tuple | None, t0: float) -> ObjectCode:
+    """Key `req` from its manifest, else compile it observed and key it by what it read."""
+    path = search.for_options(req.options, req.backend)
+    prekey = manifest_key(req, path, observed=True)
+    job = _Observed(req, path)
+    meta = lambda: {"key": job.desc, "source": req.source}  # noqa: E731
+    found = manifest.lookup(prekey)
+    if found is None:
+        with creation_lock("manifest-" + prekey):  # one process compiles a new kernel
+            found = manifest.lookup(prekey)
+            if found is None:
+                made = time.perf_counter()
+                try:
+                    obj, k, snap = job.compile()
+                except _NotObserved as exc:  # the hooks could not be installed: scan instead
+                    return _keyed(req, sig, t0, compiled=exc.obj)
+                if k is None:
+                    unstorable(NAMESPACE, req.name)
+                    return obj.with_(cache_hit=None)
+                manifest.store(prekey, k, snap)
+                _remember(sig, k, snap, job, req.name, meta)
+                return lookup_hashed(k, NAMESPACE, Made(obj, time.perf_counter() - made),
+                                     label=req.name, meta=meta, t0=t0)
+    k, snap = found
+    return lookup_hashed(k, NAMESPACE, _remember(sig, k, snap, job, req.name, meta).create,
+                         label=req.name, meta=meta, t0=t0)
+
+
+def _remember(sig: tuple | None, k: str, snap: Any, job: _Observed, label: str,
+              meta: Callable[[], dict]) -> _Memo:
+    def create() -> ObjectCode:  # the entry is gone (evicted): compile it again, observed
+        obj, k2, _ = job.compile()
+        if k2 != k and (k2 is None or not job.within(snap)):
+            raise _HeadersChanged()
+        return obj
+
+    memo = _Memo(k, snap, create, label, meta)
+    if sig is not None:
+        if len(_memo) >= _MEMO_MAX:
+            _memo.clear()
+        _memo[sig] = memo
+    return memo
+
+
+def observed_description(req: Any, path: Any, read: list, probed: list) -> dict[str, Any]:
+    """The compile key's description from what an observed compile read: each file by its
+    name relative to the root it was found under (so the key does not depend on where the
+    toolkit is installed) and its contents, the files it found but did not read, and the
+    in-memory headers."""
+    name = _key_path(req.options)
     desc = describe(req, None)
+    desc["memory"] = {n: sha256(t) for n, t in path.headers.items()}
+    desc["read"] = sorted([name(p), sha] for p, sha in read)
+    desc["probed"] = sorted(name(p) for p in probed)
+    return desc
+
+
+def _key_path(options: Any) -> Callable[[str], str]:
+    """How the key names a file (compiler/roots.py): below its root, unless line or debug
+    information puts paths into the binary."""
+    return str if roots.paths_matter(options) else roots.key_path
+
+
+def manifest_key(req: CompileRequest, path: Any, observed: bool = False) -> str:
+    """What a compile's manifest is filed under: everything in its key but the headers, plus
+    where they are searched for, the in-memory headers' contents and how keys were made
+    (observed or scanned: a scanned key never answers an observed lookup)."""
+    desc = describe(req, None)
+    if observed:
+        desc["keyed_by"] = "observation"
     desc["search"] = list(path.dirs)
     desc["memory"] = {n: sha256(t) for n, t in path.headers.items()}
     return key_hash("compile-manifest", desc)
@@ -220,9 +339,29 @@ def _headers_key(res: Any, options: Any) -> dict[str, list]:
 
 
 def compile_key(source: str, **kwargs: Any) -> str:
-    """The cache key kjit.compile would use for these arguments (for tools and tests)."""
+    """The cache key kjit.compile would use for these arguments (for tools and tests). Where
+    compiles are observed it is known only from a manifest or by compiling: a compile runs
+    when no manifest holds it (its manifest is kept, its binary is not). A source that does
+    not compile has no observed key: its scanned one is returned."""
+    from ..errors import CompileError
+    from .snapshot import timestamp_granularity
     req = make_request(source, **kwargs)
     opts = req.options
-    res = includes.resolve(req.source, name=req.name, search=search.for_options(opts, req.backend),
-                           defines=opts.defines, extra=opts.extra)
+    path = search.for_options(opts, req.backend)
+    if observe.available(req.backend):
+        prekey = manifest_key(req, path, observed=True)
+        for _ in range(_RETRIES):
+            found = manifest.lookup(prekey)
+            if found is not None:
+                return found[0]
+            try:
+                _, k, snap = _Observed(req, path).compile()
+            except (_NotObserved, CompileError):
+                break
+            if k is not None:
+                manifest.store(prekey, k, snap)
+                return k
+            time.sleep(timestamp_granularity())  # a header changed as it compiled: again
+    res = includes.resolve(req.source, name=req.name, search=path, defines=opts.defines,
+                           extra=opts.extra)
     return key_hash(NAMESPACE, describe(req, res))

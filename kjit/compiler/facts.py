@@ -41,7 +41,9 @@ def _path() -> Path | None:
     if os.environ.get("KJIT_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     try:
-        return cache_dir() / FILE_NAME
+        from ..cache.trust import trusted
+        d = cache_dir()
+        return d / FILE_NAME if trusted(d) else None  # nothing read from an untrusted one
     except Exception:  # no home directory to put it in
         return None
 

@@ -33,8 +33,11 @@ def _dirs() -> list[Path]:
     """The manifest directory of every cache directory KJIT_CACHE_DIR lists, in order (a
     read-only cache baked into an image can hold manifests too)."""
     try:
+        from ..cache.trust import trusted
         from ..locations import cache_dirs
-        return [d / DIR_NAME for d in cache_dirs()]
+        # a directory others could write, or another user's, could hold a planted manifest
+        # naming another kernel's key: nothing in it is read
+        return [d / DIR_NAME for d in cache_dirs() if trusted(d)]
     except Exception:  # no home directory to put a cache in
         return []
 
@@ -50,8 +53,8 @@ def _file(d: Path, prekey: str) -> Path:
 
 def _records(path: Path) -> list[dict[str, Any]]:
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
+        from ..cache.trust import read_private
+        data = read_private(path, MAX_BYTES)  # no link followed, nobody else's file
         digest, _, payload = data.partition(b"\n")
         if len(data) > MAX_BYTES or _check_line(payload) != digest:
             return []

@@ -7,6 +7,7 @@ import time
 from typing import Any, Sequence
 
 from ..errors import KjitError
+from . import observe
 from .diagnostics import compile_error
 from .options import CompileOptions, nvrtc_flags
 from .search import SearchPath
@@ -85,7 +86,8 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
         for expr in name_expressions:
             (err,) = nvrtc.nvrtcAddNameExpression(prog, expr.encode())
             _check(err, f"nvrtcAddNameExpression({expr!r})")
-        (result,) = nvrtc.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
+        with observe.recording("cuda", name):  # what it reads keys the cache (observe.py)
+            (result,) = nvrtc.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
         log = _read(prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log")
         log_text = log.rstrip(b"\0").decode("utf-8", "replace")
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:

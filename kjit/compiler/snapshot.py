@@ -189,3 +189,63 @@ class Snapshot:
             return cls(files, dirs, cwd, float(data["recorded_at"]))
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
+
+
+# --- from an observed compile ------------------------------------------------------------------
+PROBED = "-"  # the hash recorded for a file the compiler found but never opened
+
+
+def timestamp_granularity() -> float:
+    """How far a file's ctime can lag the clock: Linux stamps files from the coarse clock, one
+    scheduler tick behind (4 ms at HZ=250); never taken below 10 ms."""
+    try:
+        res = time.clock_getres(getattr(time, "CLOCK_REALTIME_COARSE", 5))
+    except (OSError, AttributeError):
+        res = 0.01
+    return max(2 * res, 0.01)
+
+
+def from_observation(obs: Any, started: float) -> "tuple[Snapshot, list[tuple[str, str]], list[str]] | None":
+    """(Snapshot, [(path, sha256)] of the files read, [paths] found but not read) for what an
+    observed compile that started at `started` (time.time()) saw; None when that cannot be
+    known: a file changed between the compiler's read and now, or changed so close to the
+    compile's start that the file system's timestamps could not show a second change (ccache's
+    rule, on ctime: every write sets it, nothing sets it back, and a future mtime is no
+    change), or a path looked for was found afterwards."""
+    if not obs.complete:
+        return None
+    snap = Snapshot()
+    limit = int((started - timestamp_granularity()) * 1e9)
+    read = []
+    for path in sorted(obs.read):
+        dev, ino, size, mtime, ctime = obs.read[path]
+        try:
+            st = os.stat(path)
+            sha = read_hash(path)
+            after = os.stat(path)
+        except OSError:
+            return None
+        if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != (ino, size, mtime, ctime) \
+                or file_sig(after) != file_sig(st) or ctime >= limit:
+            return None
+        snap.add_file(path, st, sha)
+        read.append((path, sha))
+    for path in sorted(obs.probed):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if not stat_mod.S_ISREG(st.st_mode):
+            return None
+        snap.files[path] = [*file_sig(st), PROBED, False]  # any change: look again
+    cache: dict[str, tuple[str, Any]] = {}
+    for path in obs.absent:
+        try:
+            if stat_mod.S_ISREG(os.stat(path).st_mode):
+                return None
+        except OSError:
+            pass
+        snap.add_absent(path, cache)
+    if obs.cwd_dependent:
+        snap.cwd = obs.cwd
+    return snap, read, sorted(obs.probed)

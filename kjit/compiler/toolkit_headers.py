@@ -60,8 +60,10 @@ def _record_path():
     if os.environ.get("KJIT_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     try:
+        from ..cache.trust import trusted
         from ..locations import cache_dir
-        return cache_dir() / RECORD_FILE
+        d = cache_dir()
+        return d / RECORD_FILE if trusted(d) else None  # nothing read from an untrusted one
     except Exception:
         return None
 

@@ -75,7 +75,6 @@ class _Inotify:
         self.instance = next(self._ids)
         self.gen = 0
         self.overflow_gen = 0
-        self.wd_of: dict[tuple[str, int], int] = {}     # (path, mask) -> wd
         self.keys_of: dict[int, list[tuple[str, int]]] = {}
         self.last_event: dict[int, int] = {}            # wd -> generation of its last event
         self.local_dev: dict[int, bool] = {}
@@ -104,21 +103,22 @@ class _Inotify:
                     self.overflow_gen = self.gen
                     continue
                 self.last_event[wd] = self.gen
-                if mask & IN_IGNORED:  # the watch is gone (file deleted): re-add on next arm
-                    for key in self.keys_of.pop(wd, ()):
-                        self.wd_of.pop(key, None)
+                if mask & IN_IGNORED:  # the watch is gone (file deleted): re-added on next arm
+                    self.keys_of.pop(wd, None)
 
     def add(self, path: str, mask: int) -> int | None:
-        wd = self.wd_of.get((path, mask))
-        if wd is not None:
-            return wd
-        if len(self.wd_of) >= MAX_WATCHES:
+        """Watch what `path` names now. Always asked of the kernel, never answered from a
+        table by path: after a rename-save, a retargeted symlink or a swapped directory the
+        same path names another inode, which needs its own watch (the kernel returns the
+        existing descriptor for an inode already watched)."""
+        if len(self.keys_of) >= MAX_WATCHES:
             return None
         wd = self.libc.inotify_add_watch(self.fd, os.fsencode(path), mask | IN_MASK_ADD)
         if wd < 0:
             return None
-        self.wd_of[(path, mask)] = wd
-        self.keys_of.setdefault(wd, []).append((path, mask))
+        keys = self.keys_of.setdefault(wd, [])
+        if (path, mask) not in keys:
+            keys.append((path, mask))
         return wd
 
     def local(self, path: str, st: os.stat_result) -> bool:

@@ -1,0 +1,223 @@
+"""What a compile read, seen by watching the compiler rather than imitating it.
+
+NVRTC and hiprtc resolve every #include through libc: a stat / open of each candidate path,
+ENOENT from the include directories that do not hold it. The C extension `_observe` points
+those imports of the compiler libraries (their GOT entries) at wrappers that record, for the
+thread that asked, every path and what it named. `recording()` runs a compile under that;
+`Observation` is the result: the files the compiler opened (with the stat the compiler saw),
+the files it only probed, and the paths it found absent (where a header appearing later
+would be read instead). Macros naming headers, `-X` flags, digraphs, comments, symlinks and
+`..` need no rules here: the paths are the compiler's own.
+
+Without the extension (no C compiler at install time, another platform) or where patching
+failed, `available()` is False and the cache keys compiles by scanning (includes.py).
+`KJIT_OBSERVE=0` turns observation off.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Any, Iterator
+
+ENV = "KJIT_OBSERVE"
+
+# Compiler libraries per backend (file-name prefixes). hiprtc compiles through comgr's clang,
+# whose file calls are LLVM's.
+LIBRARIES = {"cuda": ("libnvrtc",), "hip": ("libamdhip64", "libhiprtc", "libamd_comgr", "libLLVM")}
+# Each group: one of these must have been hooked for the observation to be complete.
+REQUIRED = {"cuda": (("libnvrtc",),), "hip": (("libamdhip64", "libhiprtc"), ("libLLVM",))}
+
+# Names NVRTC stats in the directory of the source's name and never opens (tested: a file of
+# that name there changes nothing): not dependencies.
+NVRTC_INTERNAL = ("__nv_nvrtc_builtin_header.h", "__nv_name_map")
+
+K_ABSENT, K_FILE, K_DIR, K_OTHER, K_ERROR, K_WRITE = range(6)
+_IGNORED_ROOTS = ("/proc/", "/sys/", "/dev/")
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"module": None, "error": None, "installed": {}}
+
+
+def _module() -> Any:
+    if _state["module"] is None and _state["error"] is None:
+        try:
+            from . import _observe
+            _state["module"] = _observe
+        except ImportError as exc:
+            _state["error"] = f"the compile observer (kjit.compiler._observe) is not built: {exc}"
+    return _state["module"]
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def install(backend: str) -> bool:
+    """Hook the file calls of `backend`'s compiler libraries (which must be loaded by now);
+    True if its compiles can be observed: every library that reads its includes is hooked."""
+    if _state["installed"].get(backend):
+        return True
+    mod = _module()
+    if mod is None:
+        return False
+    with _lock:
+        try:
+            patched = mod.install(list(LIBRARIES[backend]))
+        except OSError as exc:
+            _state["error"] = f"could not hook the {backend} compiler library: {exc}"
+            _state["installed"][backend] = False
+            return False
+    hooked = {os.path.basename(p) for p, n in patched if n > 0}
+    need = REQUIRED[backend]
+    ok = all(any(h.startswith(alt) for h in hooked for alt in group) for group in need)
+    if not ok:
+        _state["error"] = (f"the {backend} compiler's file calls were not found to hook "
+                           f"(hooked: {', '.join(sorted(hooked)) or 'none'})")
+    _state["installed"][backend] = ok
+    return ok
+
+
+def available(backend: str = "cuda") -> bool:
+    """True when compiles of `backend` can be observed in this process (the hooks may still
+    have to be installed: that happens on the first compile, once the library is loaded)."""
+    if not enabled() or _module() is None:
+        return False
+    return _state["installed"].get(backend, True)
+
+
+def describe() -> dict[str, Any]:
+    """For `kjit info`: how compiles are keyed in this process."""
+    ok = enabled() and _module() is not None and _state["installed"].get("cuda", True)
+    return {"mode": "observed" if ok else "scanned",
+            "reason": None if ok else (_state["error"] or f"{ENV}=0"),
+            "hooked": {b: v for b, v in _state["installed"].items()}}
+
+
+class Observation:
+    """read: path -> (dev, ino, size, mtime_ns, ctime_ns) as the compiler opened it;
+    probed: paths of regular files found but never opened; absent: paths looked for and not
+    found; cwd_dependent: a relative path or the working directory decided a lookup."""
+
+    __slots__ = ("read", "probed", "absent", "cwd", "cwd_dependent", "complete")
+
+    def __init__(self) -> None:
+        self.read: dict[str, tuple[int, int, int, int, int]] = {}
+        self.probed: dict[str, tuple[int, int, int, int, int]] = {}
+        self.absent: list[str] = []
+        self.cwd = os.getcwd()
+        self.cwd_dependent = False
+        self.complete = True
+
+
+def _scratch_dirs(records: list, tmp: str) -> list[str]:
+    """Directories the compiler wrote into under the temporary directory (comgr's work
+    directories): what it reads back from there is its own output, not an input."""
+    out = set()
+    for _op, kind, path, *_ in records:
+        if kind == K_WRITE and path.startswith(tmp):
+            first = path[len(tmp):].split("/", 1)[0]
+            if first:
+                out.add(tmp + first + "/")
+    return sorted(out)
+
+
+def classify(records: list | None, *, source_name: str = "", ignore: tuple[str, ...] = ()
+             ) -> Observation:
+    """Sort one compile's records. `ignore`: directories whose files are the compiler's own
+    state, not inputs (a precompiled-header directory)."""
+    obs = Observation()
+    if not records:  # out of memory, or not one call seen (NVRTC always stats the source's
+        obs.complete = False  # name): this compile was not observed, nothing can be trusted
+        return obs
+    import tempfile  # a miss only: a disk hit never loads it
+    cwd = obs.cwd.rstrip("/") + "/"
+    tmp = tempfile.gettempdir().rstrip("/") + "/"
+    scratch = tuple(_scratch_dirs(records, tmp)) + tuple(os.path.join(d, "") for d in ignore)
+    src_dir = os.path.dirname(os.path.join(obs.cwd, source_name)) + "/"
+    internal = {src_dir + n for n in NVRTC_INTERNAL + (os.path.basename(source_name),)}
+    opened: dict[str, tuple] = {}
+    probed: dict[str, tuple] = {}
+    absent: dict[str, None] = {}
+    for op, kind, path, dev, ino, size, mtime, ctime in records:
+        if op == "R" or kind in (K_OTHER, K_WRITE) or (kind == K_DIR and op != "o"):
+            continue  # a directory opened as a header candidate is a candidate: a file may replace it
+        if not path.startswith("/"):
+            obs.cwd_dependent = True
+            path = os.path.join(obs.cwd, path)
+        if path.startswith(_IGNORED_ROOTS) or (scratch and path.startswith(scratch)):
+            continue
+        if op in "sl" and path in internal and path not in opened:
+            continue
+        if kind == K_FILE:
+            sig = (dev, ino, size, mtime, ctime)
+            if op == "o":
+                if path in opened and opened[path] != sig:  # opened twice, changed between
+                    obs.complete = False
+                opened.setdefault(path, sig)
+            else:
+                probed.setdefault(path, sig)
+        else:  # absent, a directory, or unreadable (EACCES): a header there later is read
+            absent[path] = None
+        if path.startswith(cwd):
+            obs.cwd_dependent = True
+    obs.read = opened
+    obs.probed = {p: s for p, s in probed.items() if p not in opened and p not in absent}
+    obs.absent = [p for p in absent if p not in opened and p not in probed]
+    if any(p in opened or p in probed for p in absent):
+        obs.complete = False  # found and not found during one compile: it changed meanwhile
+    return obs
+
+
+_tls = threading.local()
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[list]:
+    """Collect the Observations of the compiles this thread runs inside the block (the list
+    stays empty where compiles cannot be observed)."""
+    sink: list = []
+    prev = getattr(_tls, "sink", None)
+    _tls.sink = sink
+    try:
+        yield sink
+    finally:
+        _tls.sink = prev
+
+
+@contextlib.contextmanager
+def recording(backend: str, source_name: str = "", ignore: tuple[str, ...] = ()
+              ) -> Iterator[None]:
+    """Around the compiler's compile call (its library loaded by then): record this thread's
+    file calls from it, for the enclosing collecting() block, if any. `ignore`: as classify's."""
+    sink = getattr(_tls, "sink", None)
+    mod = _module() if sink is not None and enabled() else None
+    if mod is None or mod.recording() or not install(backend):
+        yield
+        return
+    mod.start()
+    try:
+        yield
+    finally:
+        records = mod.stop()
+        sink.append(classify(records, source_name=source_name, ignore=ignore))
+
+
+def merge(observations: list) -> Observation:
+    """One Observation for several compiles of one request (hiprtc: one per target)."""
+    if len(observations) == 1:
+        return observations[0]
+    out = Observation()
+    for o in observations:
+        for p, sig in o.read.items():
+            if out.read.setdefault(p, sig) != sig:
+                out.complete = False
+        for p, sig in o.probed.items():
+            out.probed.setdefault(p, sig)
+        out.absent += [p for p in o.absent if p not in out.absent]
+        out.cwd_dependent |= o.cwd_dependent
+        out.complete &= o.complete
+    out.probed = {p: s for p, s in out.probed.items() if p not in out.read}
+    if any(p in out.read or p in out.probed for p in out.absent):
+        out.complete = False
+    return out
