@@ -102,3 +102,10 @@ def test_cli_switch(tmp_path):
     off = CliRunner().invoke(cli, ["compile", str(src), "--arch", "sm_90", "--no-nvcc-prelude",
                                    "-o", str(tmp_path / "k2.cubin")])
     assert off.exit_code == 1 and "INFINITY" in off.output
+
+
+@pytest.mark.parametrize("std", ["c++03", "c++11", "c++14", "c++17", "c++20"])
+def test_every_dialect(std):
+    src = ('extern "C" __global__ void k(float* x, uint n) {\n'
+           '    x[0] = fmaxf(x[1], -INFINITY) + (float)M_PI + FLT_MAX + (isnan(NAN) ? 1.f : 0.f); }\n')
+    assert "0fFF800000" in ptx(src, std=std)

@@ -14,10 +14,17 @@ typedef unsigned long ulong;
 
 // <math.h>: INFINITY, NAN and HUGE_VAL(F) as constants rather than macros, so that CCCL's
 // <cuda/std/cmath>, which defines the macros for NVRTC, redefines nothing.
+#if __cplusplus >= 201103L
 static __device__ constexpr float INFINITY = __builtin_bit_cast(float, 0x7f800000u);
 static __device__ constexpr float NAN = __builtin_bit_cast(float, 0x7fc00000u);
 static __device__ constexpr float HUGE_VALF = __builtin_bit_cast(float, 0x7f800000u);
 static __device__ constexpr double HUGE_VAL = __builtin_bit_cast(double, 0x7ff0000000000000ull);
+#else  // C++03 has no constexpr (nor CCCL, so nothing redefines these)
+#define INFINITY __int_as_float(0x7f800000)
+#define NAN __int_as_float(0x7fc00000)
+#define HUGE_VALF __int_as_float(0x7f800000)
+#define HUGE_VAL __longlong_as_double(0x7ff0000000000000ll)
+#endif
 // glibc's math constants, as kjit's <cmath> defines them
 #ifndef M_PI
 #define M_E        2.7182818284590452354   /* e */
