@@ -90,12 +90,16 @@ extern "C" __global__ void scale(__half* x, int64_t n) {
 '''
 _PROBE = r'''
 import json, sys, kjit
+from kjit.compiler import nvrtc
+compiles, compile_source = [], nvrtc.compile_source
+nvrtc.compile_source = lambda *a, **k: compiles.append(1) or compile_source(*a, **k)
 src = open(sys.argv[1]).read()
 opts = kjit.CompileOptions(line_info=sys.argv[2] == "lineinfo")
 obj = kjit.compile(src, arch="sm_90", options=opts)
 from kjit.compiler import toolkit_headers
 from kjit.compiler.api import compile_key
-print(json.dumps({"hit": obj.cache_hit, "kjit": kjit.__file__, "dirs": toolkit_headers.dirs(),
+from kjit.compiler import observe
+print(json.dumps({"hit": obj.cache_hit, "compiles": len(compiles), "observed": observe.available("cuda"), "kjit": kjit.__file__, "dirs": toolkit_headers.dirs(),
                   "key": compile_key(src, arch="sm_90", options=opts)}))
 '''
 
@@ -106,7 +110,7 @@ def _environment(root: Path) -> Path:
     import shutil
     import kjit as pkg
     shutil.copytree(Path(pkg.__file__).parent, root / "kjit",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+                    ignore=shutil.ignore_patterns("__pycache__"))
     real = Path(toolkit_headers.located()["cudart"])
     inc = root / "nvidia" / "cu13" / "include"
     inc.mkdir(parents=True)
@@ -144,8 +148,10 @@ def test_two_environments_at_different_paths_share_one_disk_cache(two_environmen
     first = _probe(a, src, tmp_path / "cache")
     second = _probe(b, src, tmp_path / "cache")
     assert first["kjit"].startswith(str(a)) and second["kjit"].startswith(str(b))
+    assert first["observed"] == second["observed"]
     assert all(d.startswith(str(a)) for d in first["dirs"][:2])
     assert not first["hit"] and second["hit"]
+    assert first["compiles"] == 1 and second["compiles"] == 0      # keyed without compiling
     assert first["key"] == second["key"]
 
 
@@ -163,3 +169,18 @@ def test_two_environments_share_the_remote_tier(two_environments, tmp_path, remo
     first = _probe(a, src, tmp_path / "node-a", signed)
     second = _probe(b, src, tmp_path / "node-b", signed)      # another node's own disk cache
     assert not first["hit"] and second["hit"]
+    assert first["compiles"] == 1 and second["compiles"] == 0
+
+
+def test_another_installs_record_is_checked_not_trusted(two_environments, tmp_path):
+    """The record another install filed names cuda_fp16.h with its content: here that header
+    differs, so this install compiles (and gets another key) instead of taking the record."""
+    a, _, src = two_environments
+    c = _environment(tmp_path / "venv-c")
+    header = c / "nvidia" / "cu13" / "include" / "cuda_fp16.h"
+    text = header.read_text()
+    header.unlink()
+    header.write_text(text + "\n// a local patch\n")
+    first = _probe(a, src, tmp_path / "cache")
+    third = _probe(c, src, tmp_path / "cache")
+    assert third["compiles"] == 1 and not third["hit"] and third["key"] != first["key"]

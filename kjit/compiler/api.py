@@ -30,7 +30,7 @@ from ..cache.core import Made, bypass, creation_lock, enabled_by_env, lookup_has
 from ..cache.key import KEY_ENV_VARS, env_fingerprint, key_hash, sha256
 from ..cache.store import CacheWarning
 from ..objectcode import ObjectCode
-from . import includes, manifest, observe, roots, search
+from . import includes, manifest, observe, portable, roots, search
 from .identity import compiler_identity
 from .options import CompileOptions
 from .request import BACKENDS, CompileRequest, make_request
@@ -253,6 +253,11 @@ def _keyed_observed(req: CompileRequest, sig: tuple | None, t0: float) -> Object
     if found is None:
         with creation_lock("manifest-" + prekey):  # one process compiles a new kernel
             found = manifest.lookup(prekey)
+            rk = _portable_key(req, path)
+            if found is None:  # another install's or node's record, checked here
+                found = portable.find(rk, req.options)
+                if found is not None:
+                    manifest.store(prekey, *found)
             if found is None:
                 made = time.perf_counter()
                 try:
@@ -263,6 +268,7 @@ def _keyed_observed(req: CompileRequest, sig: tuple | None, t0: float) -> Object
                     unstorable(NAMESPACE, req.name)
                     return obj.with_(cache_hit=None)
                 manifest.store(prekey, k, snap)
+                portable.publish(rk, k, snap, job.read, job.probed, req.options)
                 _remember(sig, k, snap, job, req.name, meta)
                 return lookup_hashed(k, NAMESPACE, Made(obj, time.perf_counter() - made),
                                      label=req.name, meta=meta, t0=t0)
@@ -298,6 +304,12 @@ def observed_description(req: Any, path: Any, read: list, probed: list) -> dict[
     desc["read"] = sorted([name(p), sha] for p, sha in read)
     desc["probed"] = sorted(name(p) for p in probed)
     return desc
+
+
+def _portable_key(req: CompileRequest, path: Any) -> dict[str, Any]:
+    desc = dict(describe(req, None), keyed_by="observation")
+    return portable.record_key(desc, path.dirs, {n: sha256(t) for n, t in path.headers.items()},
+                               req.options)
 
 
 def _key_path(options: Any) -> Callable[[str], str]:

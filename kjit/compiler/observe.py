@@ -30,7 +30,10 @@ REQUIRED = {"cuda": (("libnvrtc",),), "hip": (("libamdhip64", "libhiprtc"), ("li
 
 # Names NVRTC stats in the directory of the source's name and never opens (tested: a file of
 # that name there changes nothing): not dependencies.
-NVRTC_INTERNAL = ("__nv_nvrtc_builtin_header.h", "__nv_name_map")
+NVRTC_INTERNAL = ("__nv_nvrtc_builtin_header.h", "__nv_name_map",
+                  # kjit's pre-included prelude: NVRTC stats it beside the source first, but
+                  # the in-memory header always wins (test_nvcc_prelude.py)
+                  "__kjit_prelude.h")
 
 K_ABSENT, K_FILE, K_DIR, K_OTHER, K_ERROR, K_WRITE = range(6)
 _IGNORED_ROOTS = ("/proc/", "/sys/", "/dev/")
@@ -122,10 +125,12 @@ def _scratch_dirs(records: list, tmp: str) -> list[str]:
     return sorted(out)
 
 
-def classify(records: list | None, *, source_name: str = "", ignore: tuple[str, ...] = ()
-             ) -> Observation:
+def classify(records: list | None, *, source_name: str = "", ignore: tuple[str, ...] = (),
+             anchored: tuple[str, ...] = ()) -> Observation:
     """Sort one compile's records. `ignore`: directories whose files are the compiler's own
-    state, not inputs (a precompiled-header directory)."""
+    state, not inputs (a precompiled-header directory). `anchored`: absolute include
+    directories: a file found below one of them does not depend on the working directory,
+    even when that directory lies below it (a virtual environment inside the project)."""
     obs = Observation()
     if not records:  # out of memory, or not one call seen (NVRTC always stats the source's
         obs.complete = False  # name): this compile was not observed, nothing can be trusted
@@ -135,6 +140,7 @@ def classify(records: list | None, *, source_name: str = "", ignore: tuple[str, 
     tmp = tempfile.gettempdir().rstrip("/") + "/"
     scratch = tuple(_scratch_dirs(records, tmp)) + tuple(os.path.join(d, "") for d in ignore)
     src_dir = os.path.dirname(os.path.join(obs.cwd, source_name)) + "/"
+    anchors = tuple(os.path.join(d, "") for d in anchored if os.path.isabs(d))
     internal = {src_dir + n for n in NVRTC_INTERNAL + (os.path.basename(source_name),)}
     opened: dict[str, tuple] = {}
     probed: dict[str, tuple] = {}
@@ -159,7 +165,7 @@ def classify(records: list | None, *, source_name: str = "", ignore: tuple[str, 
                 probed.setdefault(path, sig)
         else:  # absent, a directory, or unreadable (EACCES): a header there later is read
             absent[path] = None
-        if path.startswith(cwd):
+        if path.startswith(cwd) and not (anchors and path.startswith(anchors)):
             obs.cwd_dependent = True
     obs.read = opened
     obs.probed = {p: s for p, s in probed.items() if p not in opened and p not in absent}
@@ -186,8 +192,8 @@ def collecting() -> Iterator[list]:
 
 
 @contextlib.contextmanager
-def recording(backend: str, source_name: str = "", ignore: tuple[str, ...] = ()
-              ) -> Iterator[None]:
+def recording(backend: str, source_name: str = "", ignore: tuple[str, ...] = (),
+              anchored: tuple[str, ...] = ()) -> Iterator[None]:
     """Around the compiler's compile call (its library loaded by then): record this thread's
     file calls from it, for the enclosing collecting() block, if any. `ignore`: as classify's."""
     sink = getattr(_tls, "sink", None)
@@ -200,7 +206,7 @@ def recording(backend: str, source_name: str = "", ignore: tuple[str, ...] = ()
         yield
     finally:
         records = mod.stop()
-        sink.append(classify(records, source_name=source_name, ignore=ignore))
+        sink.append(classify(records, source_name=source_name, ignore=ignore, anchored=anchored))
 
 
 def merge(observations: list) -> Observation:

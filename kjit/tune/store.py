@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from ..cache import core, key_hash
 from ..cache.entry import CorruptEntry
+from ..cache.peek import peek as peek_entry
 from ..objectcode import ObjectCode
 
 NAMESPACE = "autotune"
@@ -49,46 +50,7 @@ def _decode(obj: ObjectCode | None) -> dict[str, Any] | None:
 
 def peek(k: dict[str, Any]) -> dict[str, Any] | None:
     """The stored record for k (memory, disk, then the shared tier), never creating one."""
-    if not core.enabled_by_env():
-        return None
-    h = hashed(k)
-    c = core.current()
-    obj = c.memory.get(h)
-    if obj is None and c.disk is not None:
-        try:
-            got = c.disk.get(h)
-        except CorruptEntry:
-            got = None   # get_or_create drops and replaces it when this config is timed
-        except Exception:
-            got = None
-        obj = got[0] if got else None
-        if obj is not None:
-            c.memory.put(h, obj)
-    if obj is None:
-        obj = _peek_shared(c, h)
-    return _decode(obj)
-
-
-def _peek_shared(c: Any, h: str) -> ObjectCode | None:
-    from ..cache import entry, shared, signing
-    tier = shared.active()
-    if tier is None or not tier.usable():
-        return None
-    try:
-        value = tier.backend.get(h, tier.config.ttl_s)
-        if value is None or value.startswith(shared.NO_VALUE):
-            return None
-        header, code = entry.decode_header(signing.open_value(tier.config.secret, h, value), h)
-    except Exception:   # unsigned, damaged, or the server is down: time it here
-        return None
-    obj = ObjectCode(code, kind=header["kind"], arch=header.get("arch"), name=header.get("name", ""))
-    if c.disk is not None:
-        try:
-            c.disk.put(h, obj, header.get("meta") or {})
-        except Exception:
-            pass
-    c.memory.put(h, obj)
-    return obj
+    return _decode(peek_entry(hashed(k)))
 
 
 def get_or_measure(k: dict[str, Any], label: str, measure: Callable[[], dict[str, Any]]
