@@ -25,11 +25,12 @@ from ..errors import ArgumentError, DriverError
 from . import context as context_mod
 from .libcuda import c_function, current_context_fn, extension
 from . import torch_compile
+from .launch_ex import _dim3, launch_ex
 from .memory import PendingCopies
 from .params import Packer, ParamSlot
 from .pointers import detach_grads
-from .stream import (as_handle, capture_hint, check_stream_context, framework_stream,
-                     relaxed_capture)
+from .stream import (OPERATOR_STREAM, as_handle, capture_hint, check_stream_context,
+                     framework_stream, relaxed_capture)
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 _MAX_CONFIGS = 512
@@ -49,31 +50,6 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _dim3(value: Any, what: str) -> tuple[int, int, int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        dims = (value, 1, 1)
-    elif isinstance(value, (tuple, list)) and 1 <= len(value) <= 3:
-        dims = tuple(value) + (1,) * (3 - len(value))
-    else:
-        raise ArgumentError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}")
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d < 2**32:
-            raise ArgumentError(f"{what} dimensions must be ints in 1..2**32-1, got {value!r}")
-    return dims  # type: ignore[return-value]
-
-
-class _OperatorStream:
-    """The stream of a kernel run as a PyTorch operator (`as_torch_op`): PyTorch's current
-    stream, read per launch like a launch given none, with tensors that require grad accepted
-    (the operator runs below autograd)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "kjit.runtime.kernel.OPERATOR_STREAM"
-
-
-OPERATOR_STREAM = _OperatorStream()
 _AUTO_STREAM, _GRAD_OK = 1, 2   # launcher flags (kjit/runtime/_launch.c)
 
 
@@ -238,52 +214,7 @@ class Kernel(_KernelBase):
         here = self._in_current_context()
         if here is not self:
             return here._launch_ex(grid, block, args, shared_mem, stream, cooperative, cluster)
-        stream = as_handle(framework_stream(args, self.device, self.name) if stream is None
-                           else stream)
-        check_stream_context(stream, self._ctx, self.device, self.name)
-        drv = driver.bindings()
-        self._check_shared(shared_mem)
-        dev = driver.call(drv.cuDeviceGet, self.device)
-        attrs = []
-        if cooperative:
-            if not driver.call(drv.cuDeviceGetAttribute,
-                               drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, dev):
-                raise ArgumentError(f"device {self.device} does not support cooperative launch")
-            per_sm = self.max_active_blocks(block[0] * block[1] * block[2], shared_mem)
-            sms = driver.call(drv.cuDeviceGetAttribute,
-                              drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)
-            if grid[0] * grid[1] * grid[2] > per_sm * sms:
-                raise ArgumentError(
-                    f"cooperative launch of {grid[0] * grid[1] * grid[2]} blocks exceeds the "
-                    f"{per_sm * sms} that can be resident at once on device {self.device}")
-            a = drv.CUlaunchAttribute()
-            a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-            a.value.cooperative = 1
-            attrs.append(a)
-        if cluster is not None:
-            cdims = _dim3(cluster, "cluster")
-            if not driver.call(drv.cuDeviceGetAttribute,
-                               drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, dev):
-                raise ArgumentError(f"device {self.device} does not support thread-block clusters")
-            if any(g % c for g, c in zip(grid, cdims)):
-                raise ArgumentError(f"grid {grid} is not a multiple of the cluster shape {cdims}")
-            a = drv.CUlaunchAttribute()
-            a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cdims
-            attrs.append(a)
-        cfg = drv.CUlaunchConfig()
-        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
-        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
-        cfg.sharedMemBytes = shared_mem
-        cfg.hStream = stream
-        cfg.attrs = attrs
-        cfg.numAttrs = len(attrs)
-        buf, ptrs, addr, pending = self._pack_slow(args, stream)
-        context_mod.last_launch[0] = self.name
-        (err,) = drv.cuLaunchKernelEx(cfg, self.handle, addr, 0)
-        if err:
-            self._launch_failed(err, *grid, *block, shared_mem, stream, addr, pending)
-        self._finish(pending, stream)
+        launch_ex(self, grid, block, args, shared_mem, stream, cooperative, cluster)
 
     def as_torch_op(self, name: str, *, grid: Any, block: Any, shared_mem: int = 0,
                     outputs: dict[str, Any] | None = None) -> Any:

@@ -196,6 +196,19 @@ def capture_state(stream: Any) -> str | None:
 
 
 # --- the stream of a launch given none ----------------------------------------------
+class _OperatorStream:
+    """The stream of a kernel run as a PyTorch operator (`as_torch_op`): PyTorch's current
+    stream, read per launch as for a launch given none, with tensors that require grad
+    accepted (the operator runs below autograd, which records the operator)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "kjit.runtime.stream.OPERATOR_STREAM"
+
+
+OPERATOR_STREAM = _OperatorStream()
+
 # Array frameworks whose current stream a launch follows, by the top-level package of the
 # array's type; the C launcher (kjit/runtime/_launch.c) keeps the same numbers.
 TORCH, CUPY = 1, 2

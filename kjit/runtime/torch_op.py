@@ -18,8 +18,9 @@ from typing import Any, Callable, NamedTuple
 
 from ..errors import ArgumentError
 from .cdecl import parse_signatures
-from .pointers import tensor_pointer, torch_typestr
+from .pointers import tensor_pointer
 from .slots import ParamSlot
+from .stream import OPERATOR_STREAM
 
 
 class OpParam(NamedTuple):
@@ -167,7 +168,6 @@ def as_torch_op(target: Any, name: str, *, grid: Any, block: Any, shared_mem: in
     the operator (torch.ops.namespace.op.default). Defining the same name again with the same
     schema re-targets it; another schema is refused."""
     import torch
-    from .kernel import OPERATOR_STREAM
     m = _QUALNAME.match(name) if isinstance(name, str) else None
     if m is None:
         raise ArgumentError(f"an operator name is 'namespace::name' (identifiers), e.g. "
@@ -184,9 +184,6 @@ def as_torch_op(target: Any, name: str, *, grid: Any, block: Any, shared_mem: in
     for p in params:
         if p.kind == "output":
             names[f"ALLOC_{p.name}"] = _allocator(outputs[p.name], p, inputs)   # type: ignore[index]
-    if not callable(grid):
-        from .kernel import _dim3
-        _dim3(grid, "grid")
     previous = _defined.get(name)
     if previous is not None:
         if previous[0] != sig:
