@@ -181,9 +181,10 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
         return f"kjit.kernel({self.name}, params={self.params})"
 
 
-if _function_base() is not _PyKernelFunctionBase:
-    def _compiled_getitem(self: KernelFunction, config: Any) -> Callable[..., None]:
-        return _function_base().__getitem__(self, config)
+if KernelFunction.__bases__[0] is not _PyKernelFunctionBase:
+    def _compiled_getitem(self: KernelFunction, config: Any,
+                          _lookup: Callable = KernelFunction.__bases__[0].__getitem__) -> Callable[..., None]:
+        return _lookup(self, config)
     torch_compile.visible_subscript(KernelFunction, _compiled_getitem)
 
 

@@ -401,6 +401,7 @@ class Kernel(_KernelBase):
 
 
 if _KernelBase is not _PyKernelBase:
-    def _compiled_getitem(self: Kernel, config: Any) -> Callable[..., None]:
-        return _KernelBase.__getitem__(self, config)
+    def _compiled_getitem(self: Kernel, config: Any,
+                          _lookup: Callable = _KernelBase.__getitem__) -> Callable[..., None]:
+        return _lookup(self, config)
     torch_compile.visible_subscript(Kernel, _compiled_getitem)
