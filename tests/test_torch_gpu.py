@@ -305,3 +305,11 @@ def test_a_tensor_on_another_device_is_refused():
     y = torch.zeros(N, device="cuda:0")
     with pytest.raises(ArgumentError, match=r"'x'.*cuda:1.*device 0"):
         saxpy[GRID, 256](2.0, x, y, N)
+
+
+def test_the_training_example_trains_under_torch_compile(capsys):
+    import runpy
+    from pathlib import Path
+    runpy.run_path(str(Path(__file__).resolve().parent.parent / "examples" / "torch_train.py"),
+                   run_name="__main__")
+    assert "ok" in capsys.readouterr().out
