@@ -162,3 +162,43 @@ def test_torch_compile_never_traces_into_a_kjit_launch():
     assert any("as_torch_op" in str(r) for r in explain.break_reasons), explain.break_reasons
     with pytest.raises(Exception, match="as_torch_op"):
         torch.compile(f, backend="eager", fullgraph=True)(torch.ones(3))
+
+
+def test_an_array_in_host_memory_is_named_with_its_parameter():
+    from kjit.runtime.params import convert
+
+    class HostArray:   # a DLPack producer whose memory is on the CPU (JAX, TensorFlow...)
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, **kw):
+            raise AssertionError("not read: the device is refused first")
+
+    with pytest.raises(ArgumentError, match=r"parameter 1 'x' \(const float\*\): got a HostArray "
+                                            r"in CPU memory.*copy it to the GPU"):
+        convert(_slots("saxpy")[1], HostArray(), 0, [])
+
+
+@pytest.mark.parametrize("order", ["kjit first", "dynamo first"])
+def test_dynamo_skips_kjit_whichever_is_imported_first(order):
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    imports = ["import kjit.decorator, kjit.runtime.kernel", "import torch._dynamo"]
+    code = "\n".join((imports if order == "kjit first" else imports[::-1]) + [
+        "from torch._dynamo import trace_rules",
+        "import kjit, inspect",
+        "from kjit.runtime.kernel import Kernel",
+        "from kjit.decorator import KernelFunction",
+        "f = inspect.getsourcefile(kjit.runtime.kernel)",
+        "print(trace_rules.check_file(f).skipped, trace_rules.check_file(",
+        "      kjit.runtime.torch_compile.generated_filename('k')).skipped,",
+        "      getattr(Kernel.__getitem__, '_torchdynamo_disable', False),",
+        "      getattr(KernelFunction.__getitem__, '_torchdynamo_disable', False))"])
+    root = str(Path(kjit.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert res.stdout.split() == ["True"] * 4, res.stdout + res.stderr

@@ -59,7 +59,10 @@ def pointer(slot: ParamSlot, value: Any, device: int, pending: list) -> int:
     if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__") and \
             not is_numpy(value, "ndarray"):
         from .dlpack import describe
-        data, typestr, itemsize, shape, strides, dev_id = describe(value)
+        try:
+            data, typestr, itemsize, shape, strides, dev_id = describe(value)
+        except ArgumentError as exc:
+            raise ArgumentError(f"{slot.describe()}: {exc}") from None
         contiguous = strides is None or tuple(strides) == _c_strides(shape, itemsize)
         check_array(slot, typestr, contiguous, dev_id, device)
         return data

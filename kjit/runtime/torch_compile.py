@@ -18,7 +18,6 @@ compile. So, without importing torch:
 """
 from __future__ import annotations
 
-import importlib.abc
 import os
 import sys
 from typing import Any, Callable
@@ -72,31 +71,34 @@ def _skip_kjit(trace_rules: Any) -> None:
         pass
 
 
-class _Loader(importlib.abc.Loader):
-    def __init__(self, loader: Any):
-        self.loader = loader
+class _Loader:
+    """Runs the real loader of Dynamo's trace rules, then adds kjit to its skip list."""
+
+    def __init__(self, loader: Any, hook: "_Hook"):
+        self.loader, self.hook = loader, hook
 
     def create_module(self, spec: Any) -> Any:
         return self.loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
+        if self.hook in sys.meta_path:   # its work is done (the import machinery is past it)
+            sys.meta_path.remove(self.hook)
         self.loader.exec_module(module)
         _skip_kjit(module)
 
 
-class _Hook(importlib.abc.MetaPathFinder):
-    """Waits for Dynamo's trace rules to be imported, then adds kjit to its skip list."""
+class _Hook:
+    """A meta path finder that waits for Dynamo's trace rules to be imported."""
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         if name != _TRACE_RULES:
             return None
-        sys.meta_path.remove(self)
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
-            spec = find(name, path, target) if find is not None else None
+            spec = find(name, path, target) if finder is not self and find is not None else None
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Loader(spec.loader)
+                    spec.loader = _Loader(spec.loader, self)
                 return spec
         return None
 
