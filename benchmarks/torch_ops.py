@@ -38,8 +38,9 @@ TRITON = "Triton kernel"
 NATIVE = "PyTorch x.add_(1)"
 
 
-def _rows(torch):
-    """name -> (launch(), the array it increments, its sync)."""
+def _rows(torch, operators: bool):
+    """name -> (launch(), the array it increments, its sync); the operator rows too if
+    `operators`."""
     k = kjit.load(kjit.compile(SOURCE)).get_function("add_one")
     grid = kjit.cdiv(N, 256)
     sync = torch.cuda.synchronize
@@ -53,6 +54,8 @@ def _rows(torch):
     rows[TORCH_NAMED] = (lambda: k[grid, 256, s](t_named, N), t_named, sync)
     t_py = torch.zeros(N, device="cuda")
     rows[TORCH_PY_CURRENT] = (lambda: k[grid, 256, torch.cuda.current_stream()](t_py, N), t_py, sync)
+    if not operators:
+        return rows
 
     op = k.as_torch_op("kjit_bench::add_one", grid=lambda x, n: (kjit.cdiv(n, 256),), block=256)
     t_op = torch.zeros(N, device="cuda")
@@ -100,13 +103,8 @@ def _first(value) -> float:
     return float(value.get()[0]) if isinstance(value, kjit.DeviceArray) else float(value[0].item())
 
 
-def run() -> dict:
-    import torch
-    # Calling a custom_op imports torch._dynamo, after which `k[...]` takes a Python
-    # __getitem__ (kjit/runtime/torch_compile.py): import it first, so every row and round is
-    # timed in the state a PyTorch program ends up in
-    import torch._dynamo  # noqa: F401
-    rows = _rows(torch)
+def _time(rows: dict) -> tuple[dict[str, list[float]], int]:
+    """Interleaved rounds over the timed rows: their samples, and how many rounds ran."""
     timed = {name: r for name, r in rows.items() if isinstance(r, tuple)}
     samples: dict[str, list[float]] = {name: [] for name in timed}
     rounds = 0
@@ -116,32 +114,57 @@ def run() -> dict:
             if r >= 0:
                 samples[name].append(us)
         rounds += 1
-    out: dict = {}
     for name, (_, arr, sync) in timed.items():
         sync()
         got = _first(arr)
         if got != rounds * PER_ROUND:
             raise SystemExit(f"{name}: x[0] is {got}, expected {rounds * PER_ROUND}: its calls "
                              "did not all run")
-        out[name] = round(statistics.median(samples[name]), 3)
+    return samples, rounds
+
+
+def _ratio(samples: dict, a: str, b: str) -> str | None:
+    if a not in samples or b not in samples:
+        return None
+    per = [x / y for x, y in zip(samples[a], samples[b])]
+    return f"{statistics.median(per):.3f}x [{min(per):.3f}-{max(per):.3f}]"
+
+
+def _diff(samples: dict, a: str, b: str) -> float | None:
+    if a not in samples or b not in samples:
+        return None
+    return round(statistics.median(x - y for x, y in zip(samples[a], samples[b])), 3)
+
+
+def run() -> dict:
+    import sys
+
+    import torch
+    out: dict = {}
+    # Phase 1, an eager program: the launches alone, before anything imports torch._dynamo
+    if "torch._dynamo" not in sys.modules:
+        launches = {name: r for name, r in _rows(torch, operators=False).items()}
+        first, _ = _time(launches)
+        for name, v in first.items():
+            out[f"{name} (no Dynamo)"] = round(statistics.median(v), 3)
+        out["torch tensor / kjit array launch, median of per-round ratios"] = \
+            _ratio(first, TORCH_AUTO, KJIT_ARRAY)
+        out["reading torch's current stream: auto - named us, median of per-round differences"] = \
+            _diff(first, TORCH_AUTO, TORCH_NAMED)
+    # Phase 2, every row. Calling a custom_op imports torch._dynamo, after which `k[...]` takes
+    # a Python __getitem__ (kjit/runtime/torch_compile.py): import it first, so every row and
+    # round is timed in the state a program using torch.compile or custom ops is in
+    import torch._dynamo  # noqa: F401
+    rows = _rows(torch, operators=True)
+    samples, _ = _time(rows)
+    for name, v in samples.items():
+        out[name] = round(statistics.median(v), 3)
     for name, r in rows.items():
         if isinstance(r, str):
             out[name] = r
-
-    def ratio(a: str, b: str) -> str | None:
-        if a not in samples or b not in samples:
-            return None
-        per = [x / y for x, y in zip(samples[a], samples[b])]
-        return f"{statistics.median(per):.3f}x [{min(per):.3f}-{max(per):.3f}]"
-
-    def diff(a: str, b: str) -> float | None:
-        if a not in samples or b not in samples:
-            return None
-        return round(statistics.median(x - y for x, y in zip(samples[a], samples[b])), 3)
-
-    out["torch tensor / kjit array launch, median of per-round ratios"] = ratio(TORCH_AUTO, KJIT_ARRAY)
-    out["reading torch's current stream: auto - named us, median of per-round differences"] = \
-        diff(TORCH_AUTO, TORCH_NAMED)
-    out["as_torch_op / Library.define/impl, median of per-round ratios"] = ratio(OP, LIBRARY)
+    out["with Dynamo: torch tensor / kjit array launch"] = _ratio(samples, TORCH_AUTO, KJIT_ARRAY)
+    out["as_torch_op / Library.define/impl, median of per-round ratios"] = \
+        _ratio(samples, OP, LIBRARY)
+    out["as_torch_op / custom_op, median of per-round ratios"] = _ratio(samples, OP, CUSTOM_OP)
     out["rounds"] = {name: [round(x, 3) for x in v] for name, v in samples.items()}
     return out
