@@ -125,9 +125,9 @@ def _impl_source(params: list[OpParam], grid_is_fn: bool) -> str:
     for o in outs:
         lines.append(f"    {o} = ALLOC_{o}({', '.join(inputs)})")
     if grid_is_fn:
-        lines.append(f"    TARGET[GRID({call}), BLOCK, STREAM, SHARED]({call})")
+        lines.append(f"    LOOKUP(TARGET, (GRID({call}), BLOCK, STREAM, SHARED))({call})")
     else:
-        lines.append(f"    TARGET[CONFIG]({call})")
+        lines.append(f"    LOOKUP(TARGET, CONFIG)({call})")
     if outs:
         lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}")
     return "\n".join(lines) + "\n"
@@ -143,6 +143,16 @@ def _fake_source(params: list[OpParam]) -> str:
     if outs:
         lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}")
     return "\n".join(lines) + "\n"
+
+
+def _lookup(target: Any) -> Callable:
+    """`target[config]` as the C lookup of kjit's extension where it is built: once Dynamo is
+    imported the kernel classes' own __getitem__ is a Python function (torch_compile.py),
+    and an operator's implementation, which Dynamo never traces, need not pay for it."""
+    for cls in type(target).__mro__:
+        if cls.__module__ == "kjit.runtime._launch":
+            return cls.__getitem__
+    return type(target).__getitem__
 
 
 def _signature_of(target: Any) -> tuple[str, tuple]:
@@ -178,7 +188,7 @@ def as_torch_op(target: Any, name: str, *, grid: Any, block: Any, shared_mem: in
     sig = schema(params)
     inputs = [p for p in params if p.kind != "output"]
     names: dict[str, Any] = {
-        "TARGET": target, "GRID": grid, "BLOCK": block, "STREAM": OPERATOR_STREAM,
+        "TARGET": target, "LOOKUP": _lookup(target), "GRID": grid, "BLOCK": block, "STREAM": OPERATOR_STREAM,
         "SHARED": shared_mem, "CONFIG": (grid, block, OPERATOR_STREAM, shared_mem),
         "CHECK": check_tensors, "PARAMS": params}
     for p in params:
