@@ -68,14 +68,22 @@ def _grid(*args):
 
 # --- the current stream ----------------------------------------------------------------
 
-def test_a_launch_without_a_stream_runs_on_torchs_current_stream():
+@pytest.mark.parametrize("route", ["C launcher", "Python launcher"])
+def test_a_launch_without_a_stream_runs_on_torchs_current_stream(route, monkeypatch):
+    inc = add_one
+    if route == "Python launcher":   # the launcher kjit uses without its C extension
+        monkeypatch.setenv("KJIT_LAUNCH", "bindings")
+        inc = kjit.kernel(add_one.source_fn, name="add_one")
     s = torch.cuda.Stream()
-    for _ in range(3):   # the first launch goes through Python, the later ones through C
+    for i in range(4):   # the first launch goes through Python, the later ones through C
         x = torch.zeros(N, device="cuda")
         torch.cuda.synchronize()
         slow_fill[GRID, 256, s](x, 5.0, N, SPIN_NS)
         with torch.cuda.stream(s):
-            add_one[GRID, 256](x, N)   # must queue behind the fill on s, not race it
+            if i < 3:
+                inc[GRID, 256](x, N)   # must queue behind the fill on s, not race it
+            else:
+                inc.launch(GRID, 256, x, N)
         s.synchronize()
         assert torch.all(x == 6.0), "the increment ran before the fill finished"
 
