@@ -298,7 +298,7 @@ def test_wrong_tensors_are_refused_naming_the_parameter(route, ops):
         run(x)
         with pytest.raises(ArgumentError, match=r"'x'.*on cpu.*x\.to\('cuda:0'\)"):
             run(x.cpu())
-        with pytest.raises(ArgumentError, match=r"'x'.*not contiguous.*contiguous\(\)"):
+        with pytest.raises(ArgumentError, match=r"'x'.*not C-contiguous.*contiguous\(\)"):
             run(torch.randn(N, 2, device="cuda")[:, 0])
         with pytest.raises(ArgumentError, match=r"'x'.*torch\.float64.*float32.*x\.to\(torch\.float32\)"):
             run(x.double())

@@ -95,7 +95,7 @@ def test_operator_refuses_cpu_and_mistyped_tensors_naming_the_parameter():
     with pytest.raises(ArgumentError, match=r"'x'.*holds torch\.float64.*reads float32.*"
                                             r"x\.to\(torch\.float32\)"):
         op(2.0, meta.double(), meta, 8)
-    with pytest.raises(ArgumentError, match=r"'y'.*not contiguous.*x\.contiguous\(\)"):
+    with pytest.raises(ArgumentError, match=r"'y'.*not C-contiguous.*x\.contiguous\(\)"):
         op(2.0, meta, torch.ones(8, 2, device="meta").t()[0], 8)
     # under torch.compile the fake implementation refuses at trace time, before any launch
     with pytest.raises(Exception, match=r"'x'.*holds torch\.float64"):

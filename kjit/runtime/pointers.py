@@ -121,7 +121,7 @@ def tensor_pointer(slot: ParamSlot, t: Any, device: int, grad_ok: bool = False,
                             "kjit.ptr(x.data_ptr()) to a pointer of the matching C type")
     if not t.is_contiguous():
         raise ArgumentError(
-            f"{slot.describe()}: the tensor is not contiguous (a strided view, shape "
+            f"{slot.describe()}: the tensor is not C-contiguous (a strided view, shape "
             f"{tuple(t.shape)}, strides {t.stride()}); the kernel would read it as dense memory. "
             "Pass x.contiguous(), or kjit.ptr(x.data_ptr()) if the kernel handles the strides")
     if t.requires_grad and not grad_ok:
