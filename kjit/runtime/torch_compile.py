@@ -13,8 +13,8 @@ compile. So, without importing torch:
   fullgraph=True error) says what to do instead: make the kernel an operator
   (`kernel.as_torch_op`, kjit/runtime/torch_op.py), which Dynamo records in the graph.
   `k[...]` is a C lookup that Dynamo cannot read; once Dynamo is imported, the kernel classes
-  get a Python `__getitem__` (marked so) in its place, which costs about 0.1 us per `k[...]`
-  in that process only.
+  get a Python `__getitem__` (marked so) in its place: one Python call more per `k[...]`, in
+  that process only.
 """
 from __future__ import annotations
 
