@@ -1,6 +1,7 @@
 """`python -m benchmarks all [--json FILE] [--plot FILE]`: launch cost, compile and cache,
-build, and (on two GPUs) device 1 against device 0 and one thread per device, in one run on
-the GPU machine; prints a table last."""
+build, PyTorch (tensor launches, operators, Triton, native ops), and (on two GPUs) device 1
+against device 0 and one thread per device, in one run on the GPU machine; prints a table
+last."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +25,8 @@ TARGET_HEADERS_REPEAT_US = 100   # toolkit-header kernel: in-process repeat
 TARGET_SWEEP_SPEEDUP = 20        # compile_many against one bare NVRTC compile at a time (16 cores)
 TARGET_COLD_SMALL = 1.10         # a fresh process's cold compile against bare NVRTC
 TARGET_COLD_CUB = 1.05
+TARGET_TORCH_RATIO = 1.10        # a torch-tensor launch against the same launch with kjit arrays
+TARGET_CURRENT_STREAM_US = 0.3   # reading torch's current stream, per launch
 
 
 def machine() -> dict:
@@ -81,6 +84,12 @@ def table(results: dict) -> str:
         lines.append("toolkit-header kernel (CUB + cooperative groups + fp16) vs a small one, sm_90")
         for k, v in hd.items():
             lines.append(f"  {k:60s} {v:10.2f}" if isinstance(v, float) else f"  {k:60s} {v}")
+    to = results.get("torch_ops", {})
+    if to:
+        lines.append("PyTorch: one small kernel on a tensor, median us per call over interleaved rounds")
+        for k, v in to.items():
+            if k != "rounds":
+                lines.append(f"  {k:72s} {v:10.2f}" if isinstance(v, float) else f"  {k:72s} {v}")
     b = results.get("build", {})
     if b:
         lines.append("kjit build of the example library")
@@ -131,6 +140,17 @@ def targets(results: dict) -> dict[str, bool]:
         if ratio:
             out[f"{kernel} kernel fresh cold compile <= {target}x bare NVRTC"] = \
                 float(ratio.split("x")[0]) <= target
+    to = results.get("torch_ops", {})
+    r = to.get("torch tensor / kjit array launch, median of per-round ratios")
+    if r:
+        out[f"torch-tensor launch <= {TARGET_TORCH_RATIO}x kjit-array launch (median)"] = \
+            float(r.split("x")[0]) <= TARGET_TORCH_RATIO
+    d = to.get("reading torch's current stream: auto - named us, median of per-round differences")
+    if d is not None:
+        out[f"reading torch's current stream <= {TARGET_CURRENT_STREAM_US} us"] = d <= TARGET_CURRENT_STREAM_US
+    r = to.get("as_torch_op / Library.define/impl, median of per-round ratios")
+    if r:
+        out["as_torch_op per call <= Library.define/impl (median)"] = float(r.split("x")[0]) <= 1.0
     hd = results.get("headers") or cc
     key = "headers kernel: fresh-process disk hit beyond import kjit ms"
     if key in hd:
@@ -170,14 +190,14 @@ def plot(results: dict, path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks")
     p.add_argument("which", nargs="?", default="all",
-                   choices=["all", "launch", "compile", "build", "multigpu", "headers", "throughput", "tune"],
+                   choices=["all", "launch", "compile", "build", "multigpu", "headers", "throughput", "tune", "torch"],
                    help="headers: the toolkit-header kernel's compile figures only (no GPU needed)")
     p.add_argument("--json", help="write the results as JSON here")
     p.add_argument("--plot", help="write the launch-cost plot (PNG) here")
     args = p.parse_args(argv)
     results: dict = {"machine": machine()}
     sections = {"launch": "launch", "compile": "compile_cache", "build": "build",
-                "multigpu": "multigpu", "throughput": "throughput", "tune": "tune"}
+                "multigpu": "multigpu", "throughput": "throughput", "tune": "tune", "torch": "torch_ops"}
     if args.which == "headers":
         from benchmarks.compile_cache import headers_run
         results["headers"] = headers_run()

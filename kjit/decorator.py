@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 from . import driver
 from .compiler.options import CompileOptions
 from .errors import ArgumentError, KjitError
+from .runtime import torch_compile
 
 
 class _PyKernelFunctionBase:
@@ -33,6 +34,7 @@ class _PyKernelFunctionBase:
 
     __slots__ = ()
 
+    @torch_compile.launch_entry
     def __getitem__(self, config: Any) -> Callable[..., None]:
         return self._getitem_slow(config)  # type: ignore[attr-defined]
 
@@ -151,12 +153,15 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
 
     def _load_here(self):
         from .runtime.module import load
+        from .runtime.stream import relaxed_capture
         obj = self.compile()   # this device's arch: another device of the same arch is a cache hit
         self.object = obj
-        module = self._modules.get(obj.code)
-        if module is None:
-            module = self._modules[obj.code] = load(obj, jit_options=self.jit_options)
-        return module.get_function(self.name)   # loads the module into this context
+        # a first launch inside a CUDA graph capture: loading is not recorded, and not refused
+        with relaxed_capture():
+            module = self._modules.get(obj.code)
+            if module is None:
+                module = self._modules[obj.code] = load(obj, jit_options=self.jit_options)
+            return module.get_function(self.name)   # loads the module into this context
 
     def _getitem_slow(self, config: Any) -> Callable[..., None]:
         # keyed by the thread's current context, so a device switch made by CuPy or PyTorch
@@ -173,14 +178,31 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
             self._by_current[ctx] = k
         return k[config]
 
+    @torch_compile.launch_entry
     def launch(self, grid: Any, block: Any, *args: Any, **kwargs: Any) -> None:
         self.kernel().launch(grid, block, *args, **kwargs)
+
+    def as_torch_op(self, name: str, *, grid: Any, block: Any, shared_mem: int = 0,
+                    outputs: dict[str, Any] | None = None) -> Any:
+        """This kernel as a PyTorch operator `name` ("mylib::saxpy"); see
+        kjit.runtime.torch_op.as_torch_op. The operator launches, on each call, the kernel of
+        the device current then (compiled and loaded there on first use)."""
+        from .runtime.torch_op import as_torch_op
+        return as_torch_op(self, name, grid=grid, block=block, shared_mem=shared_mem,
+                           outputs=outputs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise KjitError(f"launch {self.name} with a configuration: {self.name}[grid, block](*args)")
 
     def __repr__(self) -> str:
         return f"kjit.kernel({self.name}, params={self.params})"
+
+
+if KernelFunction.__bases__[0] is not _PyKernelFunctionBase:
+    def _compiled_getitem(self: KernelFunction, config: Any,
+                          _lookup: Callable = KernelFunction.__bases__[0].__getitem__) -> Callable[..., None]:
+        return _lookup(self, config)
+    torch_compile.visible_subscript(KernelFunction, _compiled_getitem)
 
 
 def kernel(fn: Callable[..., str] | None = None, *, name: str | None = None,

@@ -3,9 +3,14 @@
 /* PyTorch tensors and CuPy arrays in C. kjit's Python path learns each foreign array type
  * and element type the first time it converts one (register_foreign); from then on an array of
  * that type is written here when its element type and device match the parameter's token and
- * it is C-contiguous. Anything else, and every error, goes to the Python path. */
-enum { FOREIGN_TORCH = 1, FOREIGN_CUPY = 2 };
+ * it is C-contiguous. Anything else, and every error, goes to the Python path.
+ *
+ * A launch given no stream runs on the current stream of the framework whose arrays it
+ * receives: the Python path registers each framework's getter (register_stream) when it
+ * learns its array type, and kjit_framework_stream asks it here, with no Python frame. */
 static PyObject* foreign_kinds = NULL;    /* type -> FOREIGN_TORCH | FOREIGN_CUPY */
+static PyObject* stream_getters[3] = {NULL, NULL, NULL};   /* by kind: torch(device), cupy() */
+static PyObject* s_stream_ptr = NULL;
 static PyObject* dtype_typestrs = NULL;   /* a framework's dtype object -> kjit typestr */
 static PyObject *s_dtype, *s_is_contiguous, *s_get_device, *s_data_ptr, *s_requires_grad,
                 *s_c_contiguous, *s_data, *s_device_id, *s_ptr;
@@ -18,6 +23,47 @@ PyObject* kjit_register_foreign(PyObject* self, PyObject* const* a, Py_ssize_t n
     if (PyDict_SetItem(foreign_kinds, a[0], a[1]) < 0 || PyDict_SetItem(dtype_typestrs, a[2], a[3]) < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* register_stream(kind, getter): torch's getter takes the device index and returns the raw
+ * stream (torch._C._cuda_getCurrentRawStream); CuPy's takes nothing and returns a Stream whose
+ * .ptr is the handle (cupy.cuda.get_current_stream). */
+PyObject* kjit_register_stream(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
+    long kind = nargs == 2 ? PyLong_AsLong(a[0]) : -1;
+    if (kind != FOREIGN_TORCH && kind != FOREIGN_CUPY) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "register_stream(kind: 1 | 2, getter)");
+        return NULL;
+    }
+    Py_XSETREF(stream_getters[kind], Py_NewRef(a[1]));
+    Py_RETURN_NONE;
+}
+
+static int stream_of(int kind, PyObject* device, void** out) {
+    PyObject* fn = stream_getters[kind];
+    if (!fn) return 0;
+    PyObject* r = kind == FOREIGN_TORCH ? PyObject_CallOneArg(fn, device) : PyObject_CallNoArgs(fn);
+    if (r && kind == FOREIGN_CUPY) Py_SETREF(r, PyObject_GetAttr(r, s_stream_ptr));
+    if (!r) { PyErr_Clear(); return 0; }
+    void* p = PyLong_Check(r) ? PyLong_AsVoidPtr(r) : NULL;
+    int ok = PyLong_Check(r) && !(p == NULL && PyErr_Occurred());
+    Py_DECREF(r);
+    if (!ok) { PyErr_Clear(); return 0; }
+    *out = p;
+    return 1;
+}
+
+/* The stream for a launch given none, from the frameworks of its arrays (`seen`, a mask of
+ * kinds): none, the legacy stream; one, its current stream. 0 declines (the Python path then
+ * asks again and reports what is wrong: two frameworks whose current streams differ). */
+int kjit_framework_stream(int seen, PyObject* device, void** out) {
+    void *torch_stream = NULL, *cupy_stream = NULL;
+    if (!seen) { *out = NULL; return 1; }
+    if ((seen & (1 << FOREIGN_TORCH)) && !stream_of(FOREIGN_TORCH, device, &torch_stream)) return 0;
+    if ((seen & (1 << FOREIGN_CUPY)) && !stream_of(FOREIGN_CUPY, device, &cupy_stream)) return 0;
+    if ((seen & (1 << FOREIGN_TORCH)) && (seen & (1 << FOREIGN_CUPY)) && torch_stream != cupy_stream)
+        return 0;
+    *out = (seen & (1 << FOREIGN_TORCH)) ? torch_stream : cupy_stream;
+    return 1;
 }
 
 /* a call or attribute as a C value; 0 (declined) on any error, which Python will report */
@@ -34,7 +80,10 @@ static int get_long(PyObject* v, PyObject* name, int call, long long* out) {
     return ok;
 }
 
-int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr) {
+/* 0: declined; else the array's framework kind (FOREIGN_TORCH, FOREIGN_CUPY), its address in
+ * *addr. A tensor that requires grad is declined unless `grad_ok` (a PyTorch operator's
+ * implementation, which runs below autograd). */
+int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, int grad_ok) {
     PyObject* kind_obj = PyDict_GetItemWithError(foreign_kinds, (PyObject*)Py_TYPE(v));
     if (!kind_obj) { PyErr_Clear(); return 0; }
     if (!PyTuple_Check(token) || PyTuple_GET_SIZE(token) != 2) return 0;
@@ -48,9 +97,10 @@ int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr) {
     long long want_device = PyLong_AsLongLong(PyTuple_GET_ITEM(token, 1));
     if (want_device == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
     long long contiguous = 0, device = -1, ptr = 0;
-    if (PyLong_AsLong(kind_obj) == FOREIGN_TORCH) {
+    int kind = (int)PyLong_AsLong(kind_obj);
+    if (kind == FOREIGN_TORCH) {
         long long grad = 1;
-        if (!get_long(v, s_requires_grad, 0, &grad) || grad) return 0;   /* torch's own error */
+        if (!grad_ok && (!get_long(v, s_requires_grad, 0, &grad) || grad)) return 0;   /* Python says why */
         if (!get_long(v, s_is_contiguous, 1, &contiguous) || !get_long(v, s_get_device, 1, &device) ||
                 !get_long(v, s_data_ptr, 1, &ptr)) return 0;
     } else {
@@ -63,7 +113,7 @@ int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr) {
     }
     if (!contiguous || device != want_device) return 0;
     *addr = (unsigned long long)ptr;
-    return 1;
+    return kind;
 }
 
 int kjit_foreign_init(void) {
@@ -78,6 +128,7 @@ int kjit_foreign_init(void) {
     s_data = PyUnicode_InternFromString("data");
     s_device_id = PyUnicode_InternFromString("device_id");
     s_ptr = PyUnicode_InternFromString("ptr");
+    s_stream_ptr = s_ptr;
     return foreign_kinds && dtype_typestrs && s_dtype && s_is_contiguous && s_get_device &&
            s_data_ptr && s_requires_grad && s_c_contiguous && s_data && s_device_id && s_ptr ? 0 : -1;
 }

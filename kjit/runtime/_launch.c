@@ -131,9 +131,11 @@ static int put_int(char* dst, int kind, PyObject* v) {
 
 /* Write args[0..n) into buf per spec. Returns 0 when every argument was written, 1 + the
  * index of the first one the Python path must handle (anything unusual, and every error, is
- * left to it so that its message names the parameter), or -2 with an exception set. */
+ * left to it so that its message names the parameter), or -2 with an exception set. `seen`
+ * collects the frameworks (1 << kind) of the foreign arrays written. */
 static Py_ssize_t pack_args(const char* spec, Py_ssize_t n, PyObject* tokens,
-                            PyObject* const* args, char* buf, PyTypeObject* array_type) {
+                            PyObject* const* args, char* buf, PyTypeObject* array_type,
+                            int* seen, int grad_ok) {
     for (Py_ssize_t i = 0; i < n; i++) {
         int32_t kind, offset;
         memcpy(&kind, spec + 8 * i, 4);
@@ -154,8 +156,8 @@ static Py_ssize_t pack_args(const char* spec, Py_ssize_t n, PyObject* tokens,
             }
         } else if (kind == K_ARRAY && Py_TYPE(v) != array_type) {
             unsigned long long addr;
-            ok = kjit_foreign_array(v, PyTuple_GET_ITEM(tokens, i), &addr);
-            if (ok) memcpy(dst, &addr, 8);
+            int kind = kjit_foreign_array(v, PyTuple_GET_ITEM(tokens, i), &addr, grad_ok);
+            if (kind) { memcpy(dst, &addr, 8); *seen |= 1 << kind; ok = 1; }
         } else if (kind == K_ARRAY) {
             PyObject* key = PyObject_GetAttr(v, s_launch_key);
             if (!key) return -2;
@@ -189,8 +191,9 @@ static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
     if (PyTuple_GET_SIZE(a[2]) != n) return PyLong_FromLong(-1);
     char* buf = (char*)PyLong_AsVoidPtr(a[3]);
     if (!buf && PyErr_Occurred()) return NULL;
+    int seen = 0;
     Py_ssize_t r = pack_args(PyBytes_AS_STRING(a[0]), n, a[1], &PyTuple_GET_ITEM(a[2], 0), buf,
-                             (PyTypeObject*)a[4]);
+                             (PyTypeObject*)a[4], &seen, 0);
     return r == -2 ? NULL : PyLong_FromSsize_t(r);
 }
 
@@ -198,7 +201,9 @@ static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
  * and launches in C; anything else (another thread, another current context, an argument
  * the C packer declines, a wrong count, keywords, a failed launch) goes to `fallback`, the
  * Python launcher for the same configuration, which does the whole launch itself (on the
- * current device) and raises kjit's errors. */
+ * current device) and raises kjit's errors. A configuration given no stream (L_AUTO_STREAM)
+ * launches on the current stream of its arrays' framework (kjit_framework_stream). */
+enum { L_AUTO_STREAM = 1, L_GRAD_OK = 2 };
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -216,6 +221,8 @@ typedef struct {
     unsigned dims[7];       /* grid xyz, block xyz, dynamic shared memory */
     unsigned long owner;    /* the thread that owns `buf` (the kernel's first) */
     void* ctx;              /* the kernel's context: launched here only while it is current */
+    int flags;              /* L_AUTO_STREAM, L_GRAD_OK */
+    PyObject* device;       /* the kernel's device ordinal, for torch's current stream */
 } Launcher;
 
 static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
@@ -226,32 +233,35 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
             nargs != PyBytes_GET_SIZE(L->spec) / 8 || !cu_launch ||
             cu_ctx_current(&current) != 0 || current != L->ctx)
         return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
+    int seen = 0;
     Py_ssize_t r = pack_args(PyBytes_AS_STRING(L->spec), nargs, L->tokens, args, L->buf,
-                             (PyTypeObject*)L->array_type);
+                             (PyTypeObject*)L->array_type, &seen, L->flags & L_GRAD_OK);
     if (r == -2) return NULL;
-    if (r != 0) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
+    void* stream = L->stream;
+    if (r != 0 || ((L->flags & L_AUTO_STREAM) && !kjit_framework_stream(seen, L->device, &stream)))
+        return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
     Py_INCREF(L->name);
     if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
     int err;
     Py_BEGIN_ALLOW_THREADS  /* the driver may block when its queue is full */
     err = cu_launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
-                    L->dims[5], L->dims[6], L->stream, L->params, NULL);
+                    L->dims[5], L->dims[6], stream, L->params, NULL);
     Py_END_ALLOW_THREADS
-    if (err) return PyObject_CallFunction(L->on_error, "i", err);
+    if (err) return PyObject_CallFunction(L->on_error, "iK", err, (unsigned long long)(uintptr_t)stream);
     Py_RETURN_NONE;
 }
 
 static int launcher_traverse(PyObject* op, visitproc visit, void* arg) {
     Launcher* L = (Launcher*)op;
     Py_VISIT(L->fallback); Py_VISIT(L->on_error); Py_VISIT(L->spec); Py_VISIT(L->tokens);
-    Py_VISIT(L->array_type); Py_VISIT(L->last); Py_VISIT(L->name);
+    Py_VISIT(L->array_type); Py_VISIT(L->last); Py_VISIT(L->name); Py_VISIT(L->device);
     return 0;
 }
 
 static int launcher_clear(PyObject* op) {
     Launcher* L = (Launcher*)op;
     Py_CLEAR(L->fallback); Py_CLEAR(L->on_error); Py_CLEAR(L->spec); Py_CLEAR(L->tokens);
-    Py_CLEAR(L->array_type); Py_CLEAR(L->last); Py_CLEAR(L->name);
+    Py_CLEAR(L->array_type); Py_CLEAR(L->last); Py_CLEAR(L->name); Py_CLEAR(L->device);
     return 0;
 }
 
@@ -275,16 +285,18 @@ static PyTypeObject LauncherType = {
 };
 
 /* launcher(fallback, on_error, spec, tokens, array_type, last, name, buffer, func, stream,
- *          params, gx, gy, gz, bx, by, bz, shared_mem, owner, context) -> Launcher */
+ *          params, gx, gy, gz, bx, by, bz, shared_mem, owner, context, flags, device)
+ * -> Launcher */
 static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
-    if (nargs != 20 || !PyBytes_Check(a[2]) || !PyTuple_Check(a[3]) || !PyType_Check(a[4]) ||
-            !PyList_Check(a[5]) || PyList_GET_SIZE(a[5]) < 1) {
+    if (nargs != 22 || !PyBytes_Check(a[2]) || !PyTuple_Check(a[3]) || !PyType_Check(a[4]) ||
+            !PyList_Check(a[5]) || PyList_GET_SIZE(a[5]) < 1 || !PyLong_Check(a[21])) {
         PyErr_SetString(PyExc_TypeError, "launcher(fallback, on_error, spec, tokens, array_type, last, "
-                        "name, buffer, func, stream, params, gx, gy, gz, bx, by, bz, shared_mem, owner, context)");
+                        "name, buffer, func, stream, params, gx, gy, gz, bx, by, bz, shared_mem, owner, "
+                        "context, flags, device)");
         return NULL;
     }
-    unsigned long long v[13];
-    for (int i = 0; i < 13; i++) {
+    unsigned long long v[14];
+    for (int i = 0; i < 14; i++) {
         v[i] = PyLong_AsUnsignedLongLong(a[7 + i]);
         if (v[i] == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     }
@@ -301,6 +313,8 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
     for (int i = 0; i < 7; i++) L->dims[i] = (unsigned)v[4 + i];
     L->owner = (unsigned long)v[11];
     L->ctx = (void*)(uintptr_t)v[12];
+    L->flags = (int)v[13];
+    L->device = Py_NewRef(a[21]);
     PyObject_GC_Track((PyObject*)L);
     return (PyObject*)L;
 }
@@ -309,6 +323,8 @@ static PyMethodDef methods[] = {
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, "pack(spec, tokens, args, buffer, array_type) -> int"},
     {"register_foreign", (PyCFunction)(void (*)(void))kjit_register_foreign, METH_FASTCALL,
      "register_foreign(type, kind, dtype, typestr): arrays of `type` with `dtype` are packed in C"},
+    {"register_stream", (PyCFunction)(void (*)(void))kjit_register_stream, METH_FASTCALL,
+     "register_stream(kind, getter): how to read a framework's current stream"},
     {"bind", (PyCFunction)bind, METH_NOARGS, "Resolve kjit's libcuda functions."},
     {"current_context", (PyCFunction)current_context, METH_NOARGS, "cuCtxGetCurrent() -> int (0: none)"},
     {"pointer_device", (PyCFunction)pointer_device, METH_O, "The device owning a pointer, -1 if none/unknown."},

@@ -6,6 +6,7 @@
  * dict lookup in C before its Launcher runs. Kernel and KernelFunction (kjit/runtime/kernel.py,
  * kjit/decorator.py) subclass these bases; a miss, or anything unusual, goes to their Python
  * methods `_configure(config)` and `_getitem_slow(config)`, which also raise every error. */
+static PyTypeObject KernelBaseType;
 static PyObject* s_configure = NULL;
 static PyObject* s_getitem_slow = NULL;
 
@@ -51,7 +52,10 @@ static PyObject* function_subscript(PyObject* self, PyObject* config) {
         if (!key) return NULL;
         PyObject* kernel = PyDict_GetItemWithError(table, key);   /* borrowed */
         Py_DECREF(key);
-        if (kernel) return PyObject_GetItem(kernel, config);
+        /* the Kernel's own C lookup: its class may have a Python __getitem__ for
+         * torch.compile's sake (kjit/runtime/torch_compile.py), which a launch need not pay */
+        if (kernel) return PyObject_TypeCheck(kernel, &KernelBaseType) ? kernel_subscript(kernel, config)
+                                                                      : PyObject_GetItem(kernel, config);
         if (PyErr_Occurred()) return NULL;
     }
     return PyObject_CallMethodOneArg(self, s_getitem_slow, config);

@@ -14,6 +14,9 @@ from . import dtypes
 
 kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged = 1, 2, 3, 13   # pointers.py keeps the same numbers
 _CODES = {"i": 0, "u": 1, "f": 2, "b": 6, "c": 5}
+_DEVICE_NAMES = {1: "CPU", 3: "pinned host", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI",
+                 10: "ROCm", 11: "ROCm host", 12: "extension device", 14: "oneAPI", 15: "WebGPU",
+                 16: "Hexagon"}
 
 
 class DLDevice(ctypes.Structure):
@@ -82,8 +85,10 @@ def describe(obj: Any) -> tuple[int, str, int, tuple[int, ...], tuple[int, ...] 
     __dlpack__ object; the device id is None for managed memory, which every device reads."""
     dev_type, dev_id = obj.__dlpack_device__()
     if int(dev_type) not in (kDLCUDA, kDLCUDAManaged):
+        where = _DEVICE_NAMES.get(int(dev_type), f"DLPack device type {int(dev_type)}")
         raise ArgumentError(
-            f"{type(obj).__name__} lives on DLPack device type {int(dev_type)}, not a CUDA device")
+            f"got a {type(obj).__name__} in {where} memory, but the kernel reads CUDA device "
+            "memory; copy it to the GPU first (or kjit.to_device(numpy_array))")
     capsule = obj.__dlpack__()
     if not _api.PyCapsule_IsValid(capsule, b"dltensor"):
         raise ArgumentError(f"{type(obj).__name__}.__dlpack__() did not return a dltensor capsule")

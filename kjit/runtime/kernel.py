@@ -8,7 +8,9 @@ A Kernel is loaded in one context (one device). The context current in the launc
 decides where a launch runs: while another one is current (torch.cuda.device(1),
 cupy.cuda.Device(1), kjit.Device(1)), the launch goes to the same kernel of the module in
 that context, loaded there on first use. A stream must belong to the context the launch
-runs in; one of another device is refused before anything is launched.
+runs in; one of another device is refused before anything is launched. A launch given no
+stream runs on the current stream of the framework whose arrays it receives
+(`stream.framework_stream`), read per launch.
 """
 from __future__ import annotations
 
@@ -22,9 +24,13 @@ from .. import driver
 from ..errors import ArgumentError, DriverError
 from . import context as context_mod
 from .libcuda import c_function, current_context_fn, extension
+from . import torch_compile
+from .launch_ex import _dim3, launch_ex
 from .memory import PendingCopies
 from .params import Packer, ParamSlot
-from .stream import as_handle, check_stream_context
+from .pointers import detach_grads
+from .stream import (OPERATOR_STREAM, as_handle, capture_hint, check_stream_context,
+                     framework_stream, relaxed_capture)
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 _MAX_CONFIGS = 512
@@ -44,17 +50,7 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _dim3(value: Any, what: str) -> tuple[int, int, int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        dims = (value, 1, 1)
-    elif isinstance(value, (tuple, list)) and 1 <= len(value) <= 3:
-        dims = tuple(value) + (1,) * (3 - len(value))
-    else:
-        raise ArgumentError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}")
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d < 2**32:
-            raise ArgumentError(f"{what} dimensions must be ints in 1..2**32-1, got {value!r}")
-    return dims  # type: ignore[return-value]
+_AUTO_STREAM, _GRAD_OK = 1, 2   # launcher flags (kjit/runtime/_launch.c)
 
 
 class _PyKernelBase:
@@ -62,6 +58,7 @@ class _PyKernelBase:
 
     __slots__ = ()
 
+    @torch_compile.launch_entry
     def __getitem__(self, config: Any) -> Callable[..., None]:
         try:
             launcher = self._configs.get(config)  # type: ignore[attr-defined]
@@ -100,7 +97,8 @@ class LaunchConfig(NamedTuple):
 class Kernel(_KernelBase):
     """A kernel loaded in one context (one device). Launch with `k[grid, block](*args)`,
     `k[grid, block, stream, shared_mem](*args)` or `k.launch(grid, block, *args, ...)`; a
-    launch while another context is current runs this kernel's twin there."""
+    launch while another context is current runs this kernel's twin there. With no stream,
+    a launch runs on the current stream of its PyTorch tensors or CuPy arrays."""
 
     def __init__(self, module: Any, handle: Any, name: str, symbol: str, slots: list[ParamSlot],
                  device: int, context: Any):
@@ -170,13 +168,18 @@ class Kernel(_KernelBase):
         if here is not self:   # another device is current: its twin configures (and caches) it
             return here[config]
         grid, block = _dim3(config[0], "grid"), _dim3(config[1], "block")
-        stream = as_handle(config[2] if len(config) > 2 else None)
-        check_stream_context(stream, self._ctx, self.device, self.name)
+        given = config[2] if len(config) > 2 else None
+        flags = _AUTO_STREAM | _GRAD_OK if given is OPERATOR_STREAM else \
+            _AUTO_STREAM if given is None else 0
+        stream = None   # none given: the arrays' framework's current stream, per launch
+        if not flags:
+            stream = as_handle(given)
+            check_stream_context(stream, self._ctx, self.device, self.name)
+            # the C launch call takes the stream as a plain int handle
+            stream = int(stream) if self._c_launch else stream
         shared = config[3] if len(config) > 3 else 0
         self._check_shared(shared)
-        # the C launch call takes the stream as a plain int handle
-        launcher = self._make(*grid, *block, shared, int(stream) if self._c_launch else stream,
-                              config)
+        launcher = self._make(*grid, *block, shared, stream, config, flags)
         if len(self._configs) >= _MAX_CONFIGS:
             self._configs.clear()
         try:
@@ -191,6 +194,7 @@ class Kernel(_KernelBase):
         if shared > self._shared_limit:
             self.set_max_dynamic_shared(shared)
 
+    @torch_compile.launch_entry
     def launch(self, grid: Any, block: Any, *args: Any, shared_mem: int = 0, stream: Any = None,
                cooperative: bool = False, cluster: Any = None) -> None:
         """Launch with explicit keywords; cooperative launches and thread-block clusters go
@@ -204,56 +208,21 @@ class Kernel(_KernelBase):
             (launcher or self._configure(config))(*args)
             return
         self._launch_ex(_dim3(grid, "grid"), _dim3(block, "block"), args, shared_mem,
-                        as_handle(stream), cooperative, cluster)
+                        stream, cooperative, cluster)
 
     def _launch_ex(self, grid, block, args, shared_mem, stream, cooperative, cluster) -> None:
         here = self._in_current_context()
         if here is not self:
             return here._launch_ex(grid, block, args, shared_mem, stream, cooperative, cluster)
-        check_stream_context(stream, self._ctx, self.device, self.name)
-        drv = driver.bindings()
-        self._check_shared(shared_mem)
-        dev = driver.call(drv.cuDeviceGet, self.device)
-        attrs = []
-        if cooperative:
-            if not driver.call(drv.cuDeviceGetAttribute,
-                               drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, dev):
-                raise ArgumentError(f"device {self.device} does not support cooperative launch")
-            per_sm = self.max_active_blocks(block[0] * block[1] * block[2], shared_mem)
-            sms = driver.call(drv.cuDeviceGetAttribute,
-                              drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)
-            if grid[0] * grid[1] * grid[2] > per_sm * sms:
-                raise ArgumentError(
-                    f"cooperative launch of {grid[0] * grid[1] * grid[2]} blocks exceeds the "
-                    f"{per_sm * sms} that can be resident at once on device {self.device}")
-            a = drv.CUlaunchAttribute()
-            a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-            a.value.cooperative = 1
-            attrs.append(a)
-        if cluster is not None:
-            cdims = _dim3(cluster, "cluster")
-            if not driver.call(drv.cuDeviceGetAttribute,
-                               drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, dev):
-                raise ArgumentError(f"device {self.device} does not support thread-block clusters")
-            if any(g % c for g, c in zip(grid, cdims)):
-                raise ArgumentError(f"grid {grid} is not a multiple of the cluster shape {cdims}")
-            a = drv.CUlaunchAttribute()
-            a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cdims
-            attrs.append(a)
-        cfg = drv.CUlaunchConfig()
-        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
-        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
-        cfg.sharedMemBytes = shared_mem
-        cfg.hStream = stream
-        cfg.attrs = attrs
-        cfg.numAttrs = len(attrs)
-        buf, ptrs, addr, pending = self._pack_slow(args, stream)
-        context_mod.last_launch[0] = self.name
-        (err,) = drv.cuLaunchKernelEx(cfg, self.handle, addr, 0)
-        if err:
-            self._launch_failed(err, *grid, *block, shared_mem, stream, addr, pending)
-        self._finish(pending, stream)
+        launch_ex(self, grid, block, args, shared_mem, stream, cooperative, cluster)
+
+    def as_torch_op(self, name: str, *, grid: Any, block: Any, shared_mem: int = 0,
+                    outputs: dict[str, Any] | None = None) -> Any:
+        """This kernel as the PyTorch operator `name` ("mylib::saxpy"), schema from its C
+        signature; see kjit.runtime.torch_op.as_torch_op."""
+        from .torch_op import as_torch_op
+        return as_torch_op(self, name, grid=grid, block=block, shared_mem=shared_mem,
+                           outputs=outputs)
 
     # --- the generated fast path ------------------------------------------------------
     def _build_factory(self) -> Callable:
@@ -268,7 +237,9 @@ class Kernel(_KernelBase):
             get_ident=threading.get_ident, OWNER=self._owner, CURRENT=self._current, CTX=self._ctx,
             ELSEWHERE=self._launch_elsewhere, Pending=PendingCopies, SLOW=self._fill_slow,
             LAST=context_mod.last_launch, NAME=self.name, PARAMS=self._ptrs_addr,
-            FAILED=self._launch_failed, FINISH=self._finish)
+            FAILED=self._launch_failed, FINISH=self._finish, GRAD_OK=_GRAD_OK,
+            DETACH=detach_grads, STREAM_OF=framework_stream, DEVICE=self.device,
+            ENTRY=torch_compile.launch_entry)
 
     def _build_c_factory(self, pack: Callable, spec: bytes, tokens: tuple) -> Callable:
         """Every parameter is a number or a typed pointer: the C packer writes the common
@@ -276,25 +247,29 @@ class Kernel(_KernelBase):
         hands anything else, every error included, to the Python converters."""
         from .memory import DeviceArray
         src = (
-            "def make(gx, gy, gz, bx, by, bz, shmem, stream, config):\n"
+            "def make(gx, gy, gz, bx, by, bz, shmem, stream, config, flags):\n"
             "    pending = Pending(stream)   # this configuration's In/Out copies\n"
             "    def launch(*args):\n"
+            "        if flags & GRAD_OK: args = DETACH(args)\n"
             "        if get_ident() != OWNER or CURRENT() != CTX:\n"
             "            return ELSEWHERE(args, config, gx, gy, gz, bx, by, bz, shmem, stream)\n"
+            "        s = stream if stream is not None else STREAM_OF(args, DEVICE, NAME)\n"
+            "        pending.stream = s\n"
             "        if PACK(SPEC, TOKENS, args, BUFADDR, DeviceArray): SLOW(args, pending)\n"
             "        LAST[0] = NAME\n"
-            "        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
-            "        if err: FAILED(err, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS, pending)\n"
-            "        if pending: FINISH(pending, stream)\n"
-            "    if LAUNCHER is None: return launch\n"
-            "    def failed(err): FAILED(err, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS, pending)\n"
-            "    return LAUNCHER(launch, failed, SPEC, TOKENS, DeviceArray, LAST, NAME, BUFADDR, FUNC,\n"
-            "                    stream, PARAMS, gx, gy, gz, bx, by, bz, shmem, OWNER, CTX)\n")
+            "        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, s, PARAMS)\n"
+            "        if err: FAILED(err, gx, gy, gz, bx, by, bz, shmem, s, PARAMS, pending)\n"
+            "        if pending: FINISH(pending, s)\n"
+            "    if LAUNCHER is None: return ENTRY(launch)\n"
+            "    def failed(err, s): FAILED(err, gx, gy, gz, bx, by, bz, shmem, s, PARAMS, pending)\n"
+            "    return LAUNCHER(ENTRY(launch), failed, SPEC, TOKENS, DeviceArray, LAST, NAME, BUFADDR,\n"
+            "                    FUNC, stream or 0, PARAMS, gx, gy, gz, bx, by, bz, shmem, OWNER, CTX,\n"
+            "                    flags, DEVICE)\n")
         names = dict(self._common_names(), LAUNCHER=c_function("launcher"), PACK=pack, SPEC=spec,
                      TOKENS=tokens, BUFADDR=ctypes.addressof(self._buf), DeviceArray=DeviceArray,
                      LAUNCH=self._c_launch, FUNC=int(self.handle))
         self._source = src
-        exec(compile(src, f"<kjit launch {self.name}>", "exec"), names)
+        exec(compile(src, torch_compile.generated_filename(self.name), "exec"), names)
         return names["make"]
 
     def _fill_slow(self, args: tuple, pending: PendingCopies) -> None:
@@ -319,12 +294,15 @@ class Kernel(_KernelBase):
         unpack = f"    {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = args\n" if n else ""
         indent = lambda text: "\n".join("    " + ln if ln else ln for ln in text.splitlines())  # noqa: E731
         src = (
-            "def make(gx, gy, gz, bx, by, bz, shmem, stream, config):\n"
+            "def make(gx, gy, gz, bx, by, bz, shmem, stream, config, flags):\n"
             "    pending = Pending(stream)   # this configuration's In/Out copies\n"
             "    def launch(*args):\n"
             f"        if len(args) != {n}: raise COUNT(len(args))\n"
+            "        if flags & GRAD_OK: args = DETACH(args)\n"
             "        if get_ident() != OWNER or CURRENT() != CTX:\n"
             "            return ELSEWHERE(args, config, gx, gy, gz, bx, by, bz, shmem, stream)\n"
+            "        s = stream if stream is not None else TO_STREAM(STREAM_OF(args, DEVICE, NAME))\n"
+            "        pending.stream = s\n"
             f"{indent(unpack)}\n"
             "        buf = BUF\n"
             "        try:\n"
@@ -337,19 +315,20 @@ class Kernel(_KernelBase):
             "            pending.clear()\n"
             "            raise\n"
             "        LAST[0] = NAME\n"
-            + ("        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS)\n"
+            + ("        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, s, PARAMS)\n"
                if self._c_launch else
-               "        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS, 0)[0]\n") +
-            "        if err: FAILED(err, gx, gy, gz, bx, by, bz, shmem, stream, PARAMS, pending)\n"
-            "        if pending: FINISH(pending, stream)\n"
-            "    return launch\n")
+               "        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, s, PARAMS, 0)[0]\n") +
+            "        if err: FAILED(err, gx, gy, gz, bx, by, bz, shmem, s, PARAMS, pending)\n"
+            "        if pending: FINISH(pending, s)\n"
+            "    return ENTRY(launch)\n")
         names.update(self._common_names())
         names.update(
             COUNT=packer.count_error, BUF=self._buf, StructError=struct.error,
             LAUNCH=self._c_launch or driver.bindings().cuLaunchKernel,
-            FUNC=int(self.handle) if self._c_launch else self.handle)
+            FUNC=int(self.handle) if self._c_launch else self.handle,
+            TO_STREAM=(lambda s: s) if self._c_launch else as_handle)
         self._source = src
-        exec(compile(src, f"<kjit launch {self.name}>", "exec"), names)
+        exec(compile(src, torch_compile.generated_filename(self.name), "exec"), names)
         return names["make"]
 
     def _pack_slow(self, args: tuple, stream: Any) -> tuple[Any, Any, int, PendingCopies]:
@@ -370,7 +349,8 @@ class Kernel(_KernelBase):
         current = self._current() or int(driver.ensure_context())
         if current == self._ctx and driver.context_epoch(current) == self._epoch:
             return self
-        return self.module.get_function(self.name)
+        with relaxed_capture():   # a first use inside a graph capture: the load is not recorded
+            return self.module.get_function(self.name)
 
     def _launch_elsewhere(self, args, config, gx, gy, gz, bx, by, bz, shmem, stream) -> None:
         """A launch the fast path handed over: while another context is current (its twin
@@ -378,6 +358,9 @@ class Kernel(_KernelBase):
         here = self._in_current_context()
         if here is not self:
             return here[config](*args)
+        if stream is None:
+            stream = framework_stream(args, self.device, self.name)
+            stream = stream if self._c_launch else as_handle(stream)
         buf, ptrs, addr, pending = self._pack_slow(args, stream)
         context_mod.last_launch[0] = self.name
         if self._c_launch:
@@ -398,7 +381,8 @@ class Kernel(_KernelBase):
         except DriverError as exc:
             exc.hint = "\n".join(filter(None, [
                 f"kernel {self.name!r} on device {self.device}, grid=({gx}, {gy}, {gz}), "
-                f"block=({bx}, {by}, {bz}), shared_mem={shmem}", exc.hint]))
+                f"block=({bx}, {by}, {bz}), shared_mem={shmem}", capture_hint(err, stream),
+                exc.hint]))
             raise
 
     def _finish(self, pending: PendingCopies, stream: Any) -> None:
@@ -407,10 +391,17 @@ class Kernel(_KernelBase):
             return
         try:
             drv = driver.bindings()
-            (err,) = drv.cuStreamSynchronize(stream)
+            (err,) = drv.cuStreamSynchronize(as_handle(stream))
             if err:
                 context_mod.raise_async(err, f"cuStreamSynchronize after {self.name}")
             for host, dev in pending:
                 host.finish(dev)
         finally:
             pending.clear()
+
+
+if _KernelBase is not _PyKernelBase:
+    def _compiled_getitem(self: Kernel, config: Any,
+                          _lookup: Callable = _KernelBase.__getitem__) -> Callable[..., None]:
+        return _lookup(self, config)
+    torch_compile.visible_subscript(Kernel, _compiled_getitem)

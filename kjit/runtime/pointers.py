@@ -4,6 +4,7 @@ contiguity and device before a launch."""
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from ..errors import ArgumentError
@@ -40,6 +41,9 @@ def pointer(slot: ParamSlot, value: Any, device: int, pending: list) -> int:
         dev = value.to_device()
         pending.append((value, dev))
         return dev.ptr
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return tensor_pointer(slot, value, device)
     cai = getattr(value, "__cuda_array_interface__", None)
     if cai is not None:
         data, _readonly = cai["data"]
@@ -55,7 +59,10 @@ def pointer(slot: ParamSlot, value: Any, device: int, pending: list) -> int:
     if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__") and \
             not is_numpy(value, "ndarray"):
         from .dlpack import describe
-        data, typestr, itemsize, shape, strides, dev_id = describe(value)
+        try:
+            data, typestr, itemsize, shape, strides, dev_id = describe(value)
+        except ArgumentError as exc:
+            raise ArgumentError(f"{slot.describe()}: {exc}") from None
         contiguous = strides is None or tuple(strides) == _c_strides(shape, itemsize)
         check_array(slot, typestr, contiguous, dev_id, device)
         return data
@@ -72,11 +79,68 @@ def pointer(slot: ParamSlot, value: Any, device: int, pending: list) -> int:
         f"with __cuda_array_interface__ or __dlpack__) or kjit.ptr, got {type(value).__name__}")
 
 
+# torch dtype name -> kjit typestr, for the dtypes a kernel reads through a typed pointer
+_TORCH_DTYPES = {"float16": "<f2", "float32": "<f4", "float64": "<f8", "int8": "|i1",
+                 "int16": "<i2", "int32": "<i4", "int64": "<i8", "uint8": "|u1", "uint16": "<u2",
+                 "uint32": "<u4", "uint64": "<u8", "bool": "|b1", "complex64": "<c8",
+                 "complex128": "<c16"}
+
+
+def torch_typestr(dtype: Any) -> str | None:
+    """kjit's typestr of a torch.dtype, None for those kjit has no element type for (bfloat16...)."""
+    return _TORCH_DTYPES.get(str(dtype).rpartition(".")[2])
+
+
+def tensor_pointer(slot: ParamSlot, t: Any, device: int, grad_ok: bool = False,
+                   check_only: bool = False) -> int:
+    """A PyTorch tensor's address, after the checks a kernel needs, each naming the parameter
+    and saying what to do: on a CUDA device, the kernel's; of the element type the kernel
+    reads; dense; not part of an autograd graph (a launch is invisible to autograd).
+    `check_only`: the checks alone (a fake tensor while tracing has no address)."""
+    where = t.device
+    if check_only and where.type == "meta":   # tracing on meta tensors: any device will do
+        where = type(where)("cuda", device)
+    if where.type != "cuda":
+        raise ArgumentError(
+            f"{slot.describe()}: got a tensor on {where} ({t.dtype}), but the kernel reads GPU "
+            f"memory. Move it to the GPU first: x.to('cuda:{device}') (or create it there)")
+    if where.index is not None and where.index != device:
+        raise ArgumentError(
+            f"{slot.describe()}: the tensor is on cuda:{where.index} but the kernel runs on "
+            f"device {device} (the current device). Move it with x.to('cuda:{device}'), or launch "
+            f"with its device current: with torch.cuda.device({where.index}): ...")
+    want = slot.ctype.typestr if slot.ctype.kind == "pointer" else None
+    typestr = torch_typestr(t.dtype)
+    if want is not None and typestr != want:
+        name = dtypes.name(want)
+        raise ArgumentError(
+            f"{slot.describe()}: the tensor holds {t.dtype} but the kernel reads {name}; "
+            f"convert it: x.to(torch.{name})")
+    if typestr is None:
+        raise ArgumentError(f"{slot.describe()}: kjit has no element type for {t.dtype}; pass "
+                            "kjit.ptr(x.data_ptr()) to a pointer of the matching C type")
+    if not t.is_contiguous():
+        raise ArgumentError(
+            f"{slot.describe()}: the tensor is not C-contiguous (a strided view, shape "
+            f"{tuple(t.shape)}, strides {t.stride()}); the kernel would read it as dense memory. "
+            "Pass x.contiguous(), or kjit.ptr(x.data_ptr()) if the kernel handles the strides")
+    if t.requires_grad and not grad_ok:
+        raise ArgumentError(
+            f"{slot.describe()}: the tensor requires grad, and a kernel launch is invisible to "
+            "autograd. Pass x.detach() if no gradient flows through this kernel; to give it a "
+            "backward, make it an operator: kernel.as_torch_op(...) and "
+            "torch.library.register_autograd")
+    if check_only:
+        return 0
+    learn_foreign(t, typestr)
+    return t.data_ptr()
+
+
 # Array types the C packer reads itself once it has seen one (kjit/runtime/_launch.c): a
 # PyTorch tensor through data_ptr() / is_contiguous() / get_device() / requires_grad, a CuPy
 # array through .data.ptr / .data.device_id / ._c_contiguous; .dtype through the table below.
-_FOREIGN_KINDS = {"torch": 1, "cupy": 2}
 _learned: set = set()
+_streams_registered: set = set()
 
 
 def learn_foreign(value: Any, typestr: str) -> None:
@@ -88,10 +152,15 @@ def learn_foreign(value: Any, typestr: str) -> None:
             return
     except TypeError:   # an unhashable dtype: stay on this path
         return
-    kind = _FOREIGN_KINDS.get(cls.__module__.partition(".")[0])
+    from .stream import FRAMEWORKS, stream_getter
+    kind = FRAMEWORKS.get(cls.__module__.partition(".")[0])
     register = libcuda.c_function("register_foreign") if kind else None
     if register is not None:
         register(cls, kind, dtype, typestr)
+        getter = stream_getter(kind)
+        if kind not in _streams_registered and getter is not None:
+            libcuda.c_function("register_stream")(kind, getter)
+            _streams_registered.add(kind)
     _learned.add((cls, dtype))
 
 
@@ -171,3 +240,12 @@ def check_array(slot: ParamSlot, typestr: str, contiguous: bool, arr_device: int
             f"place, enable peer access (kjit.Device({device}).enable_peer_access({arr_device})) "
             "and pass kjit.ptr(address)")
 
+
+
+def detach_grads(args: tuple) -> tuple:
+    """The arguments with every tensor that requires grad detached: a PyTorch operator's
+    implementation runs below autograd, which records the operator itself."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return args
+    return tuple(a.detach() if isinstance(a, torch.Tensor) and a.requires_grad else a for a in args)

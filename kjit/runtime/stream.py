@@ -1,8 +1,10 @@
-"""Streams and events, turning foreign stream objects into driver handles, and the checks a
-launch makes on its stream: that it belongs to the launch's context, and whether it is being
+"""Streams and events, turning foreign stream objects into driver handles, the stream a launch
+given none runs on (the current stream of its arrays' framework), and the checks a launch
+makes on its stream: that it belongs to the launch's context, and whether it is being
 captured into a CUDA graph."""
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from .. import driver
@@ -191,3 +193,119 @@ def capture_state(stream: Any) -> str | None:
     if status == drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
         return "the stream is being captured into a CUDA graph"
     return "the stream's graph capture was invalidated by an earlier call"
+
+
+# --- the stream of a launch given none ----------------------------------------------
+class _OperatorStream:
+    """The stream of a kernel run as a PyTorch operator (`as_torch_op`): PyTorch's current
+    stream, read per launch as for a launch given none, with tensors that require grad
+    accepted (the operator runs below autograd, which records the operator)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "kjit.runtime.stream.OPERATOR_STREAM"
+
+
+OPERATOR_STREAM = _OperatorStream()
+
+# Array frameworks whose current stream a launch follows, by the top-level package of the
+# array's type; the C launcher (kjit/runtime/_launch.c) keeps the same numbers.
+TORCH, CUPY = 1, 2
+FRAMEWORKS = {"torch": TORCH, "cupy": CUPY}
+_kind_by_type: dict[type, int] = {}
+
+
+def framework_kind(value: Any) -> int:
+    """TORCH for a PyTorch tensor, CUPY for a CuPy array, 0 for anything else."""
+    t = type(value)
+    kind = _kind_by_type.get(t)
+    if kind is None:
+        kind = FRAMEWORKS.get(t.__module__.partition(".")[0], 0)
+        if kind == TORCH and not isinstance(value, sys.modules["torch"].Tensor):
+            kind = 0
+        elif kind == CUPY and not hasattr(t, "__cuda_array_interface__"):
+            kind = 0
+        _kind_by_type[t] = kind
+    return kind
+
+
+def stream_getter(kind: int) -> Any:
+    """The framework's own reader of its current stream, as the C launcher calls it: PyTorch's
+    takes the device index and returns the raw handle (what Triton's launcher reads), CuPy's
+    takes nothing and returns a Stream. None where the framework lacks it."""
+    if kind == TORCH:
+        return getattr(getattr(sys.modules.get("torch"), "_C", None), "_cuda_getCurrentRawStream", None)
+    cuda = getattr(sys.modules.get("cupy"), "cuda", None)
+    return getattr(cuda, "get_current_stream", None)
+
+
+def current_stream(kind: int, device: int) -> int | None:
+    """The handle of the framework's current stream on `device`, None if it cannot tell (a
+    build without CUDA: the arguments' own checks then say what is wrong)."""
+    getter = stream_getter(kind)
+    try:
+        return int(getter(device)) if kind == TORCH else int(getter().ptr)
+    except Exception:
+        return None
+
+
+def framework_stream(args: tuple, device: int, kernel: str) -> int:
+    """The stream a launch given none runs on: the current stream of the framework whose
+    arrays it receives (PyTorch: torch.cuda.current_stream(device), so also the capture stream
+    inside torch.cuda.graph; CuPy: cupy.cuda.get_current_stream()); the legacy stream (0) when
+    it receives none. Tensors of both frameworks whose current streams differ are refused:
+    kjit cannot tell which work the launch must follow."""
+    seen = 0
+    for a in args:
+        seen |= 1 << framework_kind(a)
+    if not seen & ~1:
+        return 0
+    torch_s = current_stream(TORCH, device) if seen & (1 << TORCH) else None
+    cupy_s = current_stream(CUPY, device) if seen & (1 << CUPY) else None
+    if torch_s is not None and cupy_s is not None and torch_s != cupy_s:
+        raise ArgumentError(
+            f"kernel {kernel!r} receives PyTorch tensors and CuPy arrays, and their current "
+            f"streams differ (PyTorch's {torch_s:#x}, CuPy's {cupy_s:#x}): kjit cannot tell which "
+            "work the launch must follow. Name the stream: k[grid, block, stream](...), or make "
+            "one current in both (cupy.cuda.ExternalStream(torch_stream.cuda_stream).use())")
+    return torch_s if torch_s is not None else cupy_s if cupy_s is not None else 0
+
+
+class relaxed_capture:
+    """Within this block the thread may make calls that a CUDA graph capture in the global
+    mode (PyTorch's default) refuses and would be invalidated by, such as loading a module
+    the first time a kernel runs in a context; they run at once and are not recorded."""
+
+    __slots__ = ("previous",)
+
+    def __enter__(self) -> "relaxed_capture":
+        drv = driver.bindings()
+        err, prev = drv.cuThreadExchangeStreamCaptureMode(
+            drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
+        self.previous = None if err else prev
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            driver.bindings().cuThreadExchangeStreamCaptureMode(self.previous)
+
+
+def capture_hint(err: Any, stream: Any) -> str | None:
+    """What to do about a launch the driver refused because of a graph capture."""
+    name = getattr(err, "name", "") or ""
+    if not name.startswith("CUDA_ERROR_STREAM_CAPTURE"):
+        try:
+            name = driver.bindings().CUresult(int(err)).name
+        except Exception:
+            return None
+        if not name.startswith("CUDA_ERROR_STREAM_CAPTURE"):
+            return None
+    if int(stream) in _DEFAULT_STREAMS:
+        return ("the launch went to the legacy (default) stream while a CUDA graph is being "
+                "captured, which the driver refuses (and the capture is now invalid). A launch "
+                "given no stream follows the current stream of its PyTorch tensors or CuPy "
+                "arrays; with only kjit arrays, name the capture stream: "
+                "k[grid, block, torch.cuda.current_stream()](...)")
+    return ("the stream's CUDA graph capture refused the launch (or was invalidated by an "
+            "earlier call); see the capture's own error for the first cause")

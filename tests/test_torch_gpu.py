@@ -1,0 +1,324 @@
+"""kjit as a PyTorch user meets it: launches follow torch's (and CuPy's) current stream, are
+captured by torch.cuda.graph and CuPy captures without naming the stream, kernels become
+operators that torch.compile keeps in one graph (CUDA graphs included) with a backward, a
+plain launch in a compiled function is a graph break, and wrong tensors are refused with the
+parameter's name."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import kjit
+from kjit.errors import ArgumentError
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+N = 1 << 16
+GRID = kjit.cdiv(N, 256)
+SPIN_NS = 50_000_000   # the fill kernel waits this long before writing
+
+
+@kjit.kernel
+def slow_fill():
+    # every thread waits ~50 ms before writing: work queued behind it on its stream must wait
+    return r'''
+    extern "C" __global__ void slow_fill(float* x, float v, int n, long long spin_ns) {
+        unsigned long long start, now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+        do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); }
+        while (now - start < (unsigned long long)spin_ns);
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) x[i] = v;
+    }'''
+
+
+@kjit.kernel
+def add_one():
+    return r'''
+    extern "C" __global__ void add_one(float* x, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) x[i] += 1.0f;
+    }'''
+
+
+@kjit.kernel
+def saxpy():
+    return r'''
+    extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = a * x[i] + y[i];
+    }'''
+
+
+@kjit.kernel
+def scale():
+    return r'''
+    extern "C" __global__ void scale(const double* x, const double* w, double* y, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = x[i] * w[i] * w[i];
+    }'''
+
+
+def _grid(*args):
+    return (kjit.cdiv(args[-1], 256),)
+
+
+# --- the current stream ----------------------------------------------------------------
+
+@pytest.mark.parametrize("route", ["C launcher", "Python launcher"])
+def test_a_launch_without_a_stream_runs_on_torchs_current_stream(route, monkeypatch):
+    inc = add_one
+    if route == "Python launcher":   # the launcher kjit uses without its C extension
+        monkeypatch.setenv("KJIT_LAUNCH", "bindings")
+        inc = kjit.kernel(add_one.source_fn, name="add_one")
+    s = torch.cuda.Stream()
+    for i in range(4):   # the first launch goes through Python, the later ones through C
+        x = torch.zeros(N, device="cuda")
+        torch.cuda.synchronize()
+        slow_fill[GRID, 256, s](x, 5.0, N, SPIN_NS)
+        with torch.cuda.stream(s):
+            if i < 3:
+                inc[GRID, 256](x, N)   # must queue behind the fill on s, not race it
+            else:
+                inc.launch(GRID, 256, x, N)
+        s.synchronize()
+        assert torch.all(x == 6.0), "the increment ran before the fill finished"
+
+
+def test_a_launch_without_a_stream_runs_on_cupys_current_stream():
+    cp = pytest.importorskip("cupy")
+    s = cp.cuda.Stream(non_blocking=True)
+    for _ in range(3):
+        x = cp.zeros(N, cp.float32)
+        cp.cuda.Device().synchronize()
+        slow_fill[GRID, 256, s](x, 5.0, N, SPIN_NS)
+        with s:
+            add_one[GRID, 256](x, N)
+        s.synchronize()
+        assert bool((x == 6.0).all()), "the increment ran before the fill finished"
+
+
+def test_kjit_arrays_keep_the_legacy_stream_and_mixed_streams_are_refused():
+    cp = pytest.importorskip("cupy")
+    y = kjit.zeros(N, np.float32)
+    add_one[GRID, 256](y, N)   # kjit arrays: the legacy stream, as before
+    kjit.synchronize()
+    assert (y.get() == 1.0).all()
+    t = torch.zeros(N, device="cuda")
+    c = cp.zeros(N, cp.float32)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s), pytest.raises(ArgumentError, match="current streams differ"):
+        saxpy[GRID, 256](1.0, c, t, N)
+    saxpy[GRID, 256](1.0, c, t, N)   # both on their default streams: no conflict
+    torch.cuda.synchronize()
+
+
+# --- graph capture -------------------------------------------------------------------------
+
+def test_torch_graph_captures_launches_that_name_no_stream():
+    x = torch.randn(N, device="cuda")
+    y = torch.zeros(N, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):   # warm-up, as PyTorch asks before capturing
+        saxpy[GRID, 256](2.0, x, y, N)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.cuda.graph(g):
+            y.zero_()
+            saxpy[GRID, 256](2.0, x, y, N)
+            saxpy[GRID, 256](1.0, x, y, N)
+    assert not [w for w in caught if "empty" in str(w.message)], [str(w.message) for w in caught]
+    for _ in range(3):
+        new = torch.randn(N, device="cuda")
+        x.copy_(new)
+        g.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y, 3 * new)
+
+
+def test_a_kernels_first_launch_may_happen_inside_a_capture():
+    @kjit.kernel
+    def twice():
+        return r'''
+        extern "C" __global__ void twice(const float* x, float* y, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) y[i] = 2.0f * x[i];
+        }'''
+    x = torch.randn(N, device="cuda")
+    y = torch.zeros(N, device="cuda")
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):   # compiles, loads the module and launches, all in the capture
+        twice[GRID, 256](x, y, N)
+    torch.cuda.synchronize()
+    assert not y.any()   # capturing ran nothing
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, 2 * x)
+
+
+def test_cupy_capture_records_launches_that_name_no_stream():
+    cp = pytest.importorskip("cupy")
+    xh = np.random.default_rng(1).standard_normal(N).astype(np.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        x = cp.asarray(xh)
+        y = cp.zeros(N, cp.float32)
+        saxpy[GRID, 256](1.0, x, y, N)   # warm-up
+        stream.synchronize()
+        y.fill(0)
+        stream.begin_capture()
+        saxpy[GRID, 256](1.0, x, y, N)
+        saxpy[GRID, 256](1.0, x, y, N)
+        graph = stream.end_capture()
+    stream.synchronize()
+    assert not bool(y.any())
+    graph.launch(stream=stream)
+    stream.synchronize()
+    np.testing.assert_allclose(cp.asnumpy(y), 2 * xh, rtol=1e-6)
+
+
+# --- operators and torch.compile ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ops():
+    axpy = saxpy.as_torch_op("kjit_gpu_test::saxpy", grid=_grid, block=256)
+    sc = scale.as_torch_op("kjit_gpu_test::scale", grid=_grid, block=256, outputs={"y": "x"})
+
+    def setup_context(ctx, inputs, output):
+        x, w, n = inputs
+        ctx.save_for_backward(x, w)
+
+    def backward(ctx, gy):   # y = x * w^2
+        x, w = ctx.saved_tensors
+        return gy * w * w, 2 * gy * x * w, None
+
+    torch.library.register_autograd("kjit_gpu_test::scale", backward, setup_context=setup_context)
+    return axpy, sc
+
+
+def test_operator_schema_comes_from_the_c_signature(ops):
+    axpy, sc = ops
+    assert str(axpy._schema) == \
+        "kjit_gpu_test::saxpy(float a, Tensor x, Tensor(a!) y, SymInt n) -> ()"
+    assert str(sc._schema) == "kjit_gpu_test::scale(Tensor x, Tensor w, SymInt n) -> Tensor"
+    x = torch.randn(N, device="cuda")
+    torch.library.opcheck(axpy, (2.0, x, torch.randn(N, device="cuda"), N))
+    xd = torch.randn(64, device="cuda", dtype=torch.float64, requires_grad=True)
+    wd = torch.randn(64, device="cuda", dtype=torch.float64, requires_grad=True)
+    torch.library.opcheck(sc, (xd, wd, 64))
+
+
+def test_operators_compile_into_one_graph_with_fullgraph(ops):
+    axpy, sc = ops
+
+    def f(x, y, w):
+        axpy(2.0, x, y, x.numel())
+        return sc(y.double(), w, y.numel()) + 1
+
+    x, y = torch.randn(N, device="cuda"), torch.randn(N, device="cuda")
+    w = torch.randn(N, device="cuda", dtype=torch.float64)
+    y_ref = 2 * x + y
+    expect = y_ref.double() * w * w + 1
+    explain = torch._dynamo.explain(f)(x, y.clone(), w)
+    assert explain.graph_break_count == 0 and explain.graph_count == 1
+    compiled = torch.compile(f, fullgraph=True)
+    got = compiled(x, y, w)
+    torch.testing.assert_close(y, y_ref)
+    torch.testing.assert_close(got, expect)
+
+
+def test_operators_run_under_cuda_graphs_with_reduce_overhead(ops):
+    _, sc = ops
+    from torch._dynamo.utils import counters
+
+    def f(x, w):
+        return sc(x, w, x.numel()) * 2
+
+    compiled = torch.compile(f, mode="reduce-overhead", fullgraph=True)
+    counters.clear()
+    for _ in range(5):   # warm-up runs, then recorded and replayed graphs
+        x = torch.randn(N, device="cuda", dtype=torch.float64)
+        w = torch.randn(N, device="cuda", dtype=torch.float64)
+        got = compiled(x, w)
+        torch.testing.assert_close(got, 2 * x * w * w)
+    assert not counters["inductor"].get("cudagraph_skips"), dict(counters["inductor"])
+
+
+def test_an_operator_with_a_backward_trains(ops):
+    _, sc = ops
+    x = torch.randn(256, device="cuda", dtype=torch.float64, requires_grad=True)
+    w = torch.randn(256, device="cuda", dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: sc(a, b, 256), (x, w))
+    compiled = torch.compile(lambda a, b: sc(a, b, 256).sum(), fullgraph=True)
+    compiled(x, w).backward()
+    torch.testing.assert_close(x.grad, (w * w).detach())
+    torch.testing.assert_close(w.grad, (2 * x * w).detach())
+
+
+def test_a_plain_launch_in_a_compiled_function_is_a_graph_break_not_a_crash():
+    def f(x, y):
+        y = y * 1
+        saxpy[GRID, 256](2.0, x, y, N)
+        return y + 1
+
+    x, y = torch.randn(N, device="cuda"), torch.randn(N, device="cuda")
+    torch._dynamo.reset()
+    got = torch.compile(f)(x, y)
+    torch.testing.assert_close(got, 2 * x + y + 1)
+    explain = torch._dynamo.explain(f)(x, y)
+    assert explain.graph_break_count >= 1
+    assert any("as_torch_op" in str(r) for r in explain.break_reasons), explain.break_reasons
+    with pytest.raises(Exception, match="as_torch_op"):
+        torch.compile(f, fullgraph=True)(x, y)
+
+
+# --- wrong tensors -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("route", ["launch", "operator"])
+def test_wrong_tensors_are_refused_naming_the_parameter(route, ops):
+    axpy, _ = ops
+    y = torch.zeros(N, device="cuda")
+    x = torch.randn(N, device="cuda")
+
+    def run(xx):
+        if route == "launch":
+            saxpy[GRID, 256](2.0, xx, y, N)
+        else:
+            axpy(2.0, xx, y, N)
+
+    for _ in range(2):   # once learnt by the C packer, still refused with the same words
+        run(x)
+        with pytest.raises(ArgumentError, match=r"'x'.*on cpu.*x\.to\('cuda:0'\)"):
+            run(x.cpu())
+        with pytest.raises(ArgumentError, match=r"'x'.*not C-contiguous.*contiguous\(\)"):
+            run(torch.randn(N, 2, device="cuda")[:, 0])
+        with pytest.raises(ArgumentError, match=r"'x'.*torch\.float64.*float32.*x\.to\(torch\.float32\)"):
+            run(x.double())
+    if route == "launch":
+        with pytest.raises(ArgumentError, match=r"'x'.*requires grad.*detach\(\).*as_torch_op"):
+            run(torch.randn(N, device="cuda", requires_grad=True))
+
+
+def test_a_tensor_on_another_device_is_refused():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs; this machine has one")
+    x = torch.randn(N, device="cuda:1")
+    y = torch.zeros(N, device="cuda:0")
+    with pytest.raises(ArgumentError, match=r"'x'.*cuda:1.*device 0"):
+        saxpy[GRID, 256](2.0, x, y, N)
+
+
+def test_the_training_example_trains_under_torch_compile(capsys):
+    import runpy
+    from pathlib import Path
+    runpy.run_path(str(Path(__file__).resolve().parent.parent / "examples" / "torch_train.py"),
+                   run_name="__main__")
+    assert "ok" in capsys.readouterr().out
