@@ -86,7 +86,9 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
         for expr in name_expressions:
             (err,) = nvrtc.nvrtcAddNameExpression(prog, expr.encode())
             _check(err, f"nvrtcAddNameExpression({expr!r})")
-        with observe.recording("cuda", name, anchored=path.dirs):  # what it reads keys the cache (observe.py)
+        # -I flags in `extra` given relative follow the working directory: not anchors
+        anchored = path.dirs if not path.relative else tuple(options.include_dirs) + path.automatic_dirs
+        with observe.recording("cuda", name, anchored=anchored):  # what it reads keys the cache (observe.py)
             (result,) = nvrtc.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
         log = _read(prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log")
         log_text = log.rstrip(b"\0").decode("utf-8", "replace")

@@ -5,8 +5,9 @@ virtual environment, or a node that installs kjit under another path, has none, 
 compile a kernel just to learn its key, even with the binary on the shared Redis tier. So an
 observed compile also files what it read under its install-independent names (roots.py):
 each file read by name and content hash, the files found but not read, the paths found
-absent. That record lives in the cache's own layers (disk, and the signed shared tier) under
-a key built like the manifest's, with kjit's directories named by role.
+absent. That record is filed beside the manifests (headers/, with their checks) and, where one
+is set, on the shared tier (signed like its values, under a name `kjit cache ls --remote`
+does not list), under a key built like the manifest's, with kjit's directories named by role.
 
 Another install maps each name back to its own directories and checks it: every file read
 has the same content, every file found is there, every path found absent is still absent.
@@ -21,10 +22,8 @@ import os
 import stat as stat_mod
 from typing import Any
 
-from ..cache import core, key_hash
-from ..cache.peek import peek
-from ..objectcode import ObjectCode
-from . import roots
+from ..cache import key_hash
+from . import manifest, roots
 from .snapshot import PROBED, Snapshot, file_sig, read_hash
 
 NAMESPACE = "compile-manifest"
@@ -42,11 +41,11 @@ def record_key(desc: dict[str, Any], dirs: tuple[str, ...], memory: dict[str, st
 
 def find(rk: dict[str, Any], options: Any) -> tuple[str, Snapshot] | None:
     """(compile key, local Snapshot) from a record that checks out here; else None."""
-    obj = peek(key_hash(NAMESPACE, rk))
-    if obj is None or obj.kind != "json":
+    h = key_hash(NAMESPACE, rk)
+    rec = _local(h) or _remote(h)
+    if rec is None:
         return None
     try:
-        rec = json.loads(obj.code)
         return _check(rec, options)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
@@ -61,15 +60,65 @@ def publish(rk: dict[str, Any], k: str, snap: Snapshot, read: list, probed: list
     absent = sorted({p for entry in snap.dirs.values() for p in entry[4]})
     rec = {"key": k, "read": [[name(p), sha] for p, sha in read],
            "probed": [name(p) for p in probed], "absent": [name(p) for p in absent]}
+    payload = json.dumps({"records": [rec]}, separators=(",", ":")).encode()
+    h = key_hash(NAMESPACE, rk)
+    from ..fileio import replace_with
+    for d in manifest._dirs():
+        path = manifest._file(d / _SUBDIR, h)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            replace_with(path, manifest._check_line(payload) + b"\n" + payload)
+            import random
+            if random.random() < 1 / 64:
+                manifest.trim(d / _SUBDIR)
+            break
+        except OSError:
+            continue  # read-only or full: the next listed directory
+    tier = _tier()
+    if tier is not None:
+        from ..cache import signing
+        try:
+            tier.backend.put(_REMOTE + h, signing.sign(tier.config.secret, _REMOTE + h, payload),
+                             tier.config.ttl_s)
+        except Exception:  # a server fault: the local manifest still serves this node
+            pass
 
-    def create() -> ObjectCode:
-        return ObjectCode(json.dumps(rec, sort_keys=True).encode(), kind="json", arch=None,
-                          name="manifest")
 
+_SUBDIR = "portable"  # beside the manifests, in headers/
+# Not letters and digits alone: the tier's listing (`kjit cache ls --remote`) skips it.
+_REMOTE = "m-"
+
+
+def _local(h: str) -> dict[str, Any] | None:
+    for d in manifest._dirs():
+        records = manifest._records(manifest._file(d / _SUBDIR, h))
+        if records:
+            return records[0]
+    return None
+
+
+def _tier() -> Any:
+    if not os.environ.get("KJIT_REMOTE_CACHE"):  # the tier's modules load only when set
+        return None
+    from ..cache import shared
+    tier = shared.active()
+    return tier if tier is not None and tier.usable() else None
+
+
+def _remote(h: str) -> dict[str, Any] | None:
+    tier = _tier()
+    if tier is None:
+        return None
+    from ..cache import signing
     try:
-        core.get_or_create(NAMESPACE, rk, create, label="manifest")
-    except Exception:  # a full disk or a server fault: the local manifest still serves
-        pass
+        value = tier.backend.get(_REMOTE + h, tier.config.ttl_s)
+        if value is None:
+            return None
+        payload = signing.open_value(tier.config.secret, _REMOTE + h, value)
+        rec = json.loads(payload)["records"][0]
+        return rec if isinstance(rec, dict) else None
+    except Exception:  # unsigned, damaged, or the server is down: compile here
+        return None
 
 
 def _candidates(name: str) -> list[str]:
