@@ -30,7 +30,7 @@ from ..cache.core import Made, bypass, creation_lock, enabled_by_env, lookup_has
 from ..cache.key import KEY_ENV_VARS, env_fingerprint, key_hash, sha256
 from ..cache.store import CacheWarning
 from ..objectcode import ObjectCode
-from . import includes, manifest, observe, portable, roots, search
+from . import includes, manifest, observe, search
 from .identity import compiler_identity
 from .options import CompileOptions
 from .request import BACKENDS, CompileRequest, make_request
@@ -253,6 +253,7 @@ def _keyed_observed(req: CompileRequest, sig: tuple | None, t0: float) -> Object
     if found is None:
         with creation_lock("manifest-" + prekey):  # one process compiles a new kernel
             found = manifest.lookup(prekey)
+            from . import portable  # a manifest miss only: a disk hit never loads it
             rk = _portable_key(req, path)
             if found is None:  # another install's or node's record, checked here
                 found = portable.find(rk, req.options)
@@ -307,6 +308,7 @@ def observed_description(req: Any, path: Any, read: list, probed: list) -> dict[
 
 
 def _portable_key(req: CompileRequest, path: Any) -> dict[str, Any]:
+    from . import portable
     desc = dict(describe(req, None), keyed_by="observation")
     return portable.record_key(desc, path.dirs, {n: sha256(t) for n, t in path.headers.items()},
                                req.options)
@@ -315,6 +317,7 @@ def _portable_key(req: CompileRequest, path: Any) -> dict[str, Any]:
 def _key_path(options: Any) -> Callable[[str], str]:
     """How the key names a file (compiler/roots.py): below its root, unless line or debug
     information puts paths into the binary."""
+    from . import roots
     return str if roots.paths_matter(options) else roots.key_path
 
 
@@ -343,6 +346,7 @@ def describe(req: Any, res: Any) -> dict[str, Any]:
 def _headers_key(res: Any, options: Any) -> dict[str, list]:
     """The headers part of a key: headers under kjit's own roots named below their root
     (compiler/roots.py), unless line or debug information puts their paths into the binary."""
+    from . import roots
     out = res.key()
     if not roots.paths_matter(options):
         out["headers"] = [[kind, roots.key_path(name) if kind == "file" else name, digest]
