@@ -30,7 +30,7 @@ from ..cache.core import Made, bypass, creation_lock, enabled_by_env, lookup_has
 from ..cache.key import KEY_ENV_VARS, env_fingerprint, key_hash, sha256
 from ..cache.store import CacheWarning
 from ..objectcode import ObjectCode
-from . import includes, manifest, observe, search
+from . import includes, manifest, search
 from .identity import compiler_identity
 from .options import CompileOptions
 from .request import BACKENDS, CompileRequest, make_request
@@ -136,7 +136,7 @@ def compile(source: str, *, arch=None, target: str | None = None,
 
     req = make_request(source, arch=arch, target=target, options=options,
                        name_expressions=name_expressions, backend=backend, name=name)
-    keyed = _keyed_observed if observe.available(req.backend) else _keyed
+    keyed = _keyed_observed if _observing() else _keyed
     for _ in range(_RETRIES):
         try:
             return keyed(req, sig, t0)
@@ -225,6 +225,7 @@ class _Observed:
         process cannot observe the compiler after all (the binary rides on it)."""
         from .snapshot import from_observation
         started = time.time()
+        observe = _observer()
         with observe.collecting() as seen:
             obj = compile_uncached(self.req)
         if not seen:
@@ -243,6 +244,18 @@ class _NotObserved(Exception):
         self.obj = obj
 
 
+def _observing() -> bool:
+    """KJIT_OBSERVE's switch alone: whether the compiler can be hooked (observe.available,
+    which loads the C extension) is asked only on a manifest miss, so a disk hit loads
+    neither. A manifest filed by observation exists only where observing worked."""
+    return os.environ.get("KJIT_OBSERVE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _observer() -> Any:
+    from . import observe
+    return observe
+
+
 def _keyed_observed(req: CompileRequest, sig: tuple | None, t0: float) -> ObjectCode:
     """Key `req` from its manifest, else compile it observed and key it by what it read."""
     path = search.for_options(req.options, req.backend)
@@ -250,6 +263,8 @@ def _keyed_observed(req: CompileRequest, sig: tuple | None, t0: float) -> Object
     job = _Observed(req, path)
     meta = lambda: {"key": job.desc, "source": req.source}  # noqa: E731
     found = manifest.lookup(prekey)
+    if found is None and not _observer().available(req.backend):  # no hooks here: scan
+        return _keyed(req, sig, t0)
     if found is None:
         with creation_lock("manifest-" + prekey):  # one process compiles a new kernel
             found = manifest.lookup(prekey)
@@ -364,7 +379,7 @@ def compile_key(source: str, **kwargs: Any) -> str:
     req = make_request(source, **kwargs)
     opts = req.options
     path = search.for_options(opts, req.backend)
-    if observe.available(req.backend):
+    if _observing() and _observer().available(req.backend):
         prekey = manifest_key(req, path, observed=True)
         for _ in range(_RETRIES):
             found = manifest.lookup(prekey)
