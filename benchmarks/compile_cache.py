@@ -210,7 +210,8 @@ def _observation_cost(runs: int = 5) -> dict:
         with observe.collecting() as seen:
             api.compile_uncached(req)
         t2 = time.perf_counter()
-        assert from_observation(observe.merge(seen), time.time() - 60) is not None
+        if from_observation(observe.merge(seen), time.time() - 60) is None:
+            return {"observation": "headers changed in the last minute (just installed?): run again"}
         t3 = time.perf_counter()
         plain.append(t1 - t0)
         observed.append(t3 - t1)
