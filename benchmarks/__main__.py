@@ -12,7 +12,7 @@ import sys
 
 TARGET_LAUNCH_RATIO = 1.05
 TARGET_FRESH_RATIO = 1.05
-# The rows issue 18 holds to the target: the README's idiom and what users write beside it.
+# The rows held to the launch target: the README's idiom and what users write beside it.
 TARGET_ROWS = ("kjit k[grid, block](...)", "kjit k[grid, block, stream, 0](...)",
                "kjit @kernel f[grid, block](...)", "kjit k[g, b, torch stream](torch tensor, ...)",
                "kjit k[g, b, cupy stream](cupy array, ...)")

@@ -1,4 +1,4 @@
-"""Benchmark: the `kjit cache` commands on a large cache (issue 16, defect 11).
+"""Benchmark: the `kjit cache` commands on a large cache.
 
     python -m benchmarks.cache_scale [--entries 20000] [--dir DIR]
 
