@@ -11,20 +11,8 @@ import kjit
 from kjit.compiler import toolkit_headers
 from kjit.compiler.api import compile_key
 
-WMMA = r'''
-#include <mma.h>
-using namespace nvcuda;
-extern "C" __global__ void wmma16(const half* a, const half* b, float* c) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
-    wmma::fill_fragment(fc, 0.0f);
-    wmma::load_matrix_sync(fa, a, 16);
-    wmma::load_matrix_sync(fb, b, 16);
-    wmma::mma_sync(fc, fa, fb, fc);
-    wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);
-}
-'''
+# the corpus's WMMA kernel: <mma.h> includes crt/mma.h
+WMMA = (Path(__file__).parent / "corpus" / "wmma_gemm.cu").read_text()
 
 
 def _split_layout(tmp_path: Path) -> tuple[Path, Path]:
@@ -67,7 +55,7 @@ def test_crt_comes_from_the_toolkit_when_the_runtime_wheel_has_none(split_layout
     assert str(runtime) in dirs
     assert dirs[-1] == os.path.realpath(toolkit / "include")
     obj = kjit.compile(WMMA, arch="sm_80", target="cubin", cache=False)
-    assert "wmma16" in obj.entry_points
+    assert "wmma_gemm_16x16x16" in obj.entry_points
 
 
 def test_crt_from_a_system_toolkit_without_cuda_home(split_layout, monkeypatch):
@@ -76,7 +64,7 @@ def test_crt_from_a_system_toolkit_without_cuda_home(split_layout, monkeypatch):
     monkeypatch.setattr(toolkit_headers, "SYSTEM_TOOLKITS", (str(toolkit),))
     toolkit_headers.crt_dir.cache_clear()
     assert toolkit_headers.dirs()[-1] == os.path.realpath(toolkit / "include")
-    assert "wmma16" in kjit.compile(WMMA, arch="sm_90", cache=False).entry_points
+    assert "wmma_gemm_16x16x16" in kjit.compile(WMMA, arch="sm_90", cache=False).entry_points
 
 
 # --- keys that do not depend on where things are installed -----------------------------------

@@ -13,6 +13,8 @@ import pytest
 import kjit
 from kjit.errors import ArgumentError
 
+from conftest import SAXPY
+
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
@@ -46,11 +48,7 @@ def add_one():
 
 @kjit.kernel
 def saxpy():
-    return r'''
-    extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
-        int i = blockIdx.x * blockDim.x + threadIdx.x;
-        if (i < n) y[i] = a * x[i] + y[i];
-    }'''
+    return SAXPY
 
 
 @kjit.kernel
