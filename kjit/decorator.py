@@ -153,15 +153,12 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
 
     def _load_here(self):
         from .runtime.module import load
-        from .runtime.stream import relaxed_capture
         obj = self.compile()   # this device's arch: another device of the same arch is a cache hit
         self.object = obj
-        # a first launch inside a CUDA graph capture: loading is not recorded, and not refused
-        with relaxed_capture():
-            module = self._modules.get(obj.code)
-            if module is None:
-                module = self._modules[obj.code] = load(obj, jit_options=self.jit_options)
-            return module.get_function(self.name)   # loads the module into this context
+        module = self._modules.get(obj.code)
+        if module is None:
+            module = self._modules[obj.code] = load(obj, jit_options=self.jit_options)
+        return module.get_function(self.name)   # loads the module into this context
 
     def _getitem_slow(self, config: Any) -> Callable[..., None]:
         # keyed by the thread's current context, so a device switch made by CuPy or PyTorch

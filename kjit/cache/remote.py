@@ -163,8 +163,8 @@ def _human_s(s: float) -> str:
 
 
 def _bad(name: str, value: Any, wanted: str):
-    from ..errors import InvalidOptionError
-    raise InvalidOptionError(f"{name}={value!r} is not {wanted}")
+    from .settings import SettingError   # a bad KJIT_* setting: the CLI's usage error (exit 2)
+    raise SettingError(f"{name}={value!r} is not {wanted}")
 
 
 def check_url(url: str) -> str:

@@ -39,9 +39,15 @@ def parse_size(text: str | int) -> int:
     return int(value)
 
 
-# Switches: KJIT_CACHE, KJIT_CACHE_SAVE_SOURCE, KJIT_HEADER_WATCH (kjit.compiler.watch).
+# Switches: KJIT_CACHE, KJIT_CACHE_SAVE_SOURCE, KJIT_HEADER_WATCH (kjit.compiler.watch),
+# KJIT_OBSERVE (kjit.compiler.observe).
 ON, OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-_SWITCHES = ("KJIT_CACHE", "KJIT_CACHE_SAVE_SOURCE", "KJIT_HEADER_WATCH")
+_SWITCHES = ("KJIT_CACHE", "KJIT_CACHE_SAVE_SOURCE", "KJIT_HEADER_WATCH", "KJIT_OBSERVE")
+
+
+def switch_on(name: str) -> bool:
+    """A switch that is on unless set to 0, false, no or off (check_settings rejects others)."""
+    return os.environ.get(name, "1").strip().lower() not in OFF
 
 
 def check_settings() -> None:

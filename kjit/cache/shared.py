@@ -120,6 +120,43 @@ class SharedTier:
         except Exception:
             pass
 
+    # --- small records beside the values (kjit.cache.peek, compiler/portable) ----------------
+    def fetch(self, k: str) -> tuple[ObjectCode, dict] | None:
+        """The checked entry under k, or None, without a claim or lease; a server fault backs
+        the tier off as for any request."""
+        if not self.usable():
+            return None
+        try:
+            got = self._fetch(k, "", set())
+        except TierError as exc:
+            self._fault(exc)
+            return None
+        return got if isinstance(got, tuple) else None
+
+    def get_signed(self, k: str) -> bytes | None:
+        """The signature-checked bytes under k (not an entry), or None."""
+        if not self.usable():
+            return None
+        try:
+            value = self.backend.get(k, self.config.ttl_s)
+            self._ok()
+            return None if value is None else signing.open_value(self.config.secret, k, value)
+        except TierError as exc:
+            self._fault(exc)
+        except (signing.Refused, TypeError, ValueError):
+            self._count("refused")
+        return None
+
+    def put_signed(self, k: str, blob: bytes) -> None:
+        """Store `blob` under k, signed as values are; best effort."""
+        if not self.usable():
+            return
+        try:
+            self.backend.put(k, signing.sign(self.config.secret, k, blob), self.config.ttl_s)
+            self._ok()
+        except TierError as exc:
+            self._fault(exc)
+
     # --- reading -------------------------------------------------------------------------------
     def _fetch(self, k: str, label: str, seen: set[str]) -> tuple[ObjectCode, dict] | bytes | None:
         """The checked entry under k; NO_VALUE for a marker; None if absent or unusable

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable
 from .. import arch as arch_mod
 from ..cache.core import Made, bypass, creation_lock, enabled_by_env, lookup_hashed, unstorable
 from ..cache.key import KEY_ENV_VARS, env_fingerprint, key_hash, sha256
+from ..cache.settings import switch_on
 from ..cache.store import CacheWarning
 from ..objectcode import ObjectCode
 from . import includes, manifest, search
@@ -248,7 +249,7 @@ def _observing() -> bool:
     """KJIT_OBSERVE's switch alone: whether the compiler can be hooked (observe.available,
     which loads the C extension) is asked only on a manifest miss, so a disk hit loads
     neither. A manifest filed by observation exists only where observing worked."""
-    return os.environ.get("KJIT_OBSERVE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return switch_on("KJIT_OBSERVE")
 
 
 def _observer() -> Any:
@@ -269,8 +270,8 @@ def _keyed_observed(req: CompileRequest, sig: tuple | None, t0: float) -> Object
         with creation_lock("manifest-" + prekey):  # one process compiles a new kernel
             found = manifest.lookup(prekey)
             from . import portable  # a manifest miss only: a disk hit never loads it
-            rk = _portable_key(req, path)
             if found is None:  # another install's or node's record, checked here
+                rk = _portable_key(req, path)
                 found = portable.find(rk, req.options)
                 if found is not None:
                     manifest.store(prekey, *found)
@@ -314,7 +315,8 @@ def observed_description(req: Any, path: Any, read: list, probed: list) -> dict[
     name relative to the root it was found under (so the key does not depend on where the
     toolkit is installed) and its contents, the files it found but did not read, and the
     in-memory headers."""
-    name = _key_path(req.options)
+    from . import roots
+    name = roots.namer(req.options)
     desc = describe(req, None)
     desc["memory"] = {n: sha256(t) for n, t in path.headers.items()}
     desc["read"] = sorted([name(p), sha] for p, sha in read)
@@ -327,13 +329,6 @@ def _portable_key(req: CompileRequest, path: Any) -> dict[str, Any]:
     desc = dict(describe(req, None), keyed_by="observation")
     return portable.record_key(desc, path.dirs, {n: sha256(t) for n, t in path.headers.items()},
                                req.options)
-
-
-def _key_path(options: Any) -> Callable[[str], str]:
-    """How the key names a file (compiler/roots.py): below its root, unless line or debug
-    information puts paths into the binary."""
-    from . import roots
-    return str if roots.paths_matter(options) else roots.key_path
 
 
 def manifest_key(req: CompileRequest, path: Any, observed: bool = False) -> str:
@@ -362,10 +357,9 @@ def _headers_key(res: Any, options: Any) -> dict[str, list]:
     """The headers part of a key: headers under kjit's own roots named below their root
     (compiler/roots.py), unless line or debug information puts their paths into the binary."""
     from . import roots
-    out = res.key()
-    if not roots.paths_matter(options):
-        out["headers"] = [[kind, roots.key_path(name) if kind == "file" else name, digest]
-                          for kind, name, digest in out["headers"]]
+    out, name = res.key(), roots.namer(options)
+    out["headers"] = [[kind, name(path) if kind == "file" else path, digest]
+                      for kind, path, digest in out["headers"]]
     return out
 
 

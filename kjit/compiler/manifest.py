@@ -88,13 +88,20 @@ def store(prekey: str, key: str, snapshot: Snapshot) -> None:
     listed cache directory that takes the write (best effort: without one, the next process
     resolves the includes again)."""
     rec = {"key": key, "snapshot": snapshot.to_json()}
-    for d in _dirs():
-        path = _file(d, prekey)
-        keep = [rec] + [r for r in _records(path) if r.get("key") != key][:MAX_RECORDS - 1]
+    write(prekey, lambda old: [rec] + [r for r in old if r.get("key") != key][:MAX_RECORDS - 1])
+
+
+def write(name: str, records: Any, sub: str = "") -> None:
+    """Write `records(the records already there)` as file `name` (in subdirectory `sub` of
+    the manifest directory), checked by its CRC line, in the first listed cache directory
+    that takes the write."""
+    for base in _dirs():
+        d = base / sub if sub else base
+        path = _file(d, name)
         try:
-            d.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path.parent.mkdir(exist_ok=True, mode=0o700)
-            payload = json.dumps({"records": keep}, separators=(",", ":")).encode()
+            base.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            payload = json.dumps({"records": records(_records(path))}, separators=(",", ":")).encode()
             replace_with(path, _check_line(payload) + b"\n" + payload)
         except OSError:
             continue  # read-only or full: the next listed directory
@@ -102,6 +109,15 @@ def store(prekey: str, key: str, snapshot: Snapshot) -> None:
         if random.random() < 1 / 64:
             trim(d)
         return
+
+
+def read(name: str, sub: str = "") -> list[dict[str, Any]]:
+    """The records of file `name` (see write) in the first cache directory that has them."""
+    for d in _dirs():
+        records = _records(_file(d / sub if sub else d, name))
+        if records:
+            return records
+    return []
 
 
 def trim(d: Path, limit: int = MAX_MANIFESTS) -> int:

@@ -49,17 +49,17 @@ def _read(prog, size_fn, get_fn, what: str) -> bytes:
 
 
 def _warn_if_no_kernel(source: str, code: bytes, target: str, name: str) -> None:
-    import warnings
     from .hints import uninstantiated_templates
+    text = uninstantiated_templates(source, (), False)   # the source first: no binary read
+    if not text or target == "ltoir":   # LTO-IR: kernels are named at link time
+        return
     if target == "ptx":
         has = b".entry" in code
-    elif target == "cubin":
+    else:
         from ..formats.elf import ElfFile
         has = bool(ElfFile(code).cuda_kernels())
-    else:
-        return  # LTO-IR: kernels are named at link time
-    text = uninstantiated_templates(source, (), has)
-    if text:
+    if not has:
+        import warnings
         from ..errors import CompileWarning
         warnings.warn(f"{name}: {text}", CompileWarning, stacklevel=2)
 

@@ -53,7 +53,8 @@ def _module() -> Any:
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    from ..cache.settings import switch_on
+    return switch_on(ENV)
 
 
 def install(backend: str) -> bool:
@@ -91,7 +92,7 @@ def available(backend: str = "cuda") -> bool:
 
 def describe() -> dict[str, Any]:
     """For `kjit info`: how compiles are keyed in this process."""
-    ok = enabled() and _module() is not None and _state["installed"].get("cuda", True)
+    ok = available("cuda")
     return {"mode": "observed" if ok else "scanned",
             "reason": None if ok else (_state["error"] or f"{ENV}=0"),
             "hooked": {b: v for b, v in _state["installed"].items()}}

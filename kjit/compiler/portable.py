@@ -34,7 +34,7 @@ def record_key(desc: dict[str, Any], dirs: tuple[str, ...], memory: dict[str, st
                options: Any) -> dict[str, Any]:
     """The record's key: the compile's description without headers, its search directories
     named as keys name files, and its in-memory headers' hashes."""
-    name = str if roots.paths_matter(options) else roots.key_path
+    name = roots.namer(options)
     return {**desc, "schema": SCHEMA, "search": [name(os.path.join(d, "")) for d in dirs],
             "memory": memory}
 
@@ -56,32 +56,15 @@ def publish(rk: dict[str, Any], k: str, snap: Snapshot, read: list, probed: list
     """File what an observed compile read (paths as in `snap`) under `rk`, for other installs."""
     if snap.cwd is not None:  # the working directory decided a lookup: not portable
         return
-    name = str if roots.paths_matter(options) else roots.key_path
+    name = roots.namer(options)
     absent = sorted({p for entry in snap.dirs.values() for p in entry[4]})
     rec = {"key": k, "read": [[name(p), sha] for p, sha in read],
            "probed": [name(p) for p in probed], "absent": [name(p) for p in absent]}
-    payload = json.dumps({"records": [rec]}, separators=(",", ":")).encode()
     h = key_hash(NAMESPACE, rk)
-    from ..fileio import replace_with
-    for d in manifest._dirs():
-        path = manifest._file(d / _SUBDIR, h)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            replace_with(path, manifest._check_line(payload) + b"\n" + payload)
-            import random
-            if random.random() < 1 / 64:
-                manifest.trim(d / _SUBDIR)
-            break
-        except OSError:
-            continue  # read-only or full: the next listed directory
+    manifest.write(h, lambda old: [rec], sub=_SUBDIR)
     tier = _tier()
     if tier is not None:
-        from ..cache import signing
-        try:
-            tier.backend.put(_REMOTE + h, signing.sign(tier.config.secret, _REMOTE + h, payload),
-                             tier.config.ttl_s)
-        except Exception:  # a server fault: the local manifest still serves this node
-            pass
+        tier.put_signed(_REMOTE + h, json.dumps({"records": [rec]}, separators=(",", ":")).encode())
 
 
 _SUBDIR = "portable"  # beside the manifests, in headers/
@@ -90,35 +73,25 @@ _REMOTE = "m-"
 
 
 def _local(h: str) -> dict[str, Any] | None:
-    for d in manifest._dirs():
-        records = manifest._records(manifest._file(d / _SUBDIR, h))
-        if records:
-            return records[0]
-    return None
+    records = manifest.read(h, sub=_SUBDIR)
+    return records[0] if records else None
 
 
 def _tier() -> Any:
-    if not os.environ.get("KJIT_REMOTE_CACHE"):  # the tier's modules load only when set
-        return None
-    from ..cache import shared
-    tier = shared.active()
-    return tier if tier is not None and tier.usable() else None
+    from ..cache.core import _tier as tier   # None unless KJIT_REMOTE_CACHE is set
+    return tier()
 
 
 def _remote(h: str) -> dict[str, Any] | None:
     tier = _tier()
-    if tier is None:
+    payload = tier.get_signed(_REMOTE + h) if tier is not None else None
+    if payload is None:
         return None
-    from ..cache import signing
     try:
-        value = tier.backend.get(_REMOTE + h, tier.config.ttl_s)
-        if value is None:
-            return None
-        payload = signing.open_value(tier.config.secret, _REMOTE + h, value)
         rec = json.loads(payload)["records"][0]
-        return rec if isinstance(rec, dict) else None
-    except Exception:  # unsigned, damaged, or the server is down: compile here
+    except (ValueError, KeyError, IndexError, TypeError):
         return None
+    return rec if isinstance(rec, dict) else None
 
 
 def _candidates(name: str) -> list[str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import Any, Callable
 
 # Flags that put source paths into the binary (line tables, DWARF).
 _PATH_FLAGS = ("-lineinfo", "--generate-line-info", "-G", "--device-debug", "-g", "--debug")
@@ -49,6 +49,12 @@ def key_path(path: str) -> str:
         if path.startswith(prefix):
             return f"<{label}>/{path[len(prefix):]}"
     return path
+
+
+def namer(options: Any) -> Callable[[str], str]:
+    """How keys name a file for these CompileOptions: below its root, unless line or debug
+    information puts paths into the binary."""
+    return str if paths_matter(options) else key_path
 
 
 def paths_matter(options: Any) -> bool:

@@ -43,9 +43,10 @@ def check_linkable(data: bytes) -> ElfFile:
         raise ElfFormatError(f"section {elf.shstrndx}, named by e_shstrndx, is not a string table")
     symtab = elf.symtab_index  # at most one
     syms = elf.symbols
+    seen: set = set()   # relocation tables already checked (headers may share one)
     for i, sec in enumerate(secs):
         if i:
-            _check_section(elf, i, sec, symtab, len(syms))
+            _check_section(elf, i, sec, symtab, len(syms), seen)
     if symtab is not None:
         _check_symbols(elf, symtab)
     if elf.machine == EM_CUDA:
@@ -69,7 +70,8 @@ def _check_segments(elf: ElfFile) -> None:
                                  f"{len(elf.data)}-byte file")
 
 
-def _check_section(elf: ElfFile, i: int, sec: Section, symtab: int | None, nsyms: int) -> None:
+def _check_section(elf: ElfFile, i: int, sec: Section, symtab: int | None, nsyms: int,
+                   seen: set) -> None:
     n = elf.shnum
     where = _where(i, sec)
     if sec.link >= n:
@@ -86,7 +88,7 @@ def _check_section(elf: ElfFile, i: int, sec: Section, symtab: int | None, nsyms
         raise ElfFormatError(f"{where}: {sec.size} bytes is not a whole number of "
                              f"{sec.entsize}-byte entries")
     if sec.type in (SHT_REL, SHT_RELA):
-        _check_relocations(elf, i, sec, symtab, nsyms)
+        _check_relocations(elf, i, sec, symtab, nsyms, seen)
     elif sec.type == SHT_SYMTAB:
         if elf.sections[sec.link].type != SHT_STRTAB:
             raise ElfFormatError(f"{where}: sh_link {sec.link} is not a string table")
@@ -105,7 +107,8 @@ def _check_section(elf: ElfFile, i: int, sec: Section, symtab: int | None, nsyms
         raise ElfFormatError(f"{where}: sh_info {sec.info} names no section (the file has {n})")
 
 
-def _check_relocations(elf: ElfFile, i: int, sec: Section, symtab: int | None, nsyms: int) -> None:
+def _check_relocations(elf: ElfFile, i: int, sec: Section, symtab: int | None, nsyms: int,
+                       seen: set) -> None:
     where = _where(i, sec)
     if sec.info >= elf.shnum:
         raise ElfFormatError(f"{where}: sh_info {sec.info} names no section to relocate "
@@ -113,6 +116,9 @@ def _check_relocations(elf: ElfFile, i: int, sec: Section, symtab: int | None, n
     if sec.size and sec.link != symtab:
         raise ElfFormatError(f"{where}: sh_link {sec.link} is not the symbol table")
     step = _ENTSIZE[sec.type]
+    if (sec.type, sec.offset, sec.size) in seen:   # the same entries under another header
+        return
+    seen.add((sec.type, sec.offset, sec.size))
     for off in range(sec.offset, sec.offset + sec.size, step):
         (r_info,) = struct.unpack_from("<Q", elf.data, off + 8)
         if r_info >> 32 >= max(nsyms, 1):
@@ -150,7 +156,14 @@ def _check_cuda_tables(elf: ElfFile) -> None:
             raise ElfFormatError(f"{where} names symbol {index}, which is not a function "
                                  f"(the symbol table has {len(syms)})")
 
+    checked: set[tuple] = set()
     for i, sec in enumerate(elf.sections):
+        # Sections may cover the same bytes (sm_100 cubins do): each range is read once, so a
+        # file of many headers over one table costs what the table does.
+        what = (sec.type, sec.offset, sec.size, bool(sec.info) if sec.type == SHT_CUDA_INFO else None)
+        if what in checked:
+            continue
+        checked.add(what)
         where = _where(i, sec)
         data = elf.section_bytes(sec)
         if sec.type == SHT_CUDA_INFO:

@@ -20,7 +20,6 @@ EIATTR = {
     0x19: "CBANK_PARAM_SIZE", 0x1B: "MAXREG_COUNT", 0x1C: "EXIT_INSTR_OFFSETS",
     0x23: "MAX_STACK_SIZE", 0x2F: "REGCOUNT", 0x37: "CUDA_API_VERSION", 0x4C: "NUM_BARRIERS",
 }
-_BY_NAME = {v: k for k, v in EIATTR.items()}
 # Global .nv.info records that are (symbol index u32, value u32) pairs.
 PER_SYMBOL_CODES = (0x2F, 0x11, 0x12, 0x23)  # REGCOUNT, FRAME_SIZE, MIN_STACK_SIZE, MAX_STACK_SIZE
 

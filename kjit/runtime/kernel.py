@@ -30,7 +30,7 @@ from .memory import PendingCopies
 from .params import Packer, ParamSlot
 from .pointers import detach_grads
 from .stream import (OPERATOR_STREAM, as_handle, capture_hint, check_stream_context,
-                     framework_stream, relaxed_capture)
+                     framework_stream)
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 _MAX_CONFIGS = 512
@@ -349,8 +349,7 @@ class Kernel(_KernelBase):
         current = self._current() or int(driver.ensure_context())
         if current == self._ctx and driver.context_epoch(current) == self._epoch:
             return self
-        with relaxed_capture():   # a first use inside a graph capture: the load is not recorded
-            return self.module.get_function(self.name)
+        return self.module.get_function(self.name)
 
     def _launch_elsewhere(self, args, config, gx, gy, gz, bx, by, bz, shmem, stream) -> None:
         """A launch the fast path handed over: while another context is current (its twin

@@ -13,6 +13,7 @@ from ..jit_options import JitOptions, log_full, log_text
 from ..objectcode import ObjectCode
 from . import dtypes
 from .kernel import Kernel
+from .stream import relaxed_capture
 from .signature import resolve_slots
 
 
@@ -146,18 +147,21 @@ class Module:
     def _load_into_current(self) -> Any:
         drv = driver.bindings()
         size = self.jit_options.log_bytes
-        while True:
-            info, error = bytearray(size), bytearray(size)
-            keys, values = self.jit_options.driver_options(info, error)
-            t0 = time.perf_counter()
-            err, handle = drv.cuModuleLoadDataEx(self._image, len(keys), keys, values)
-            self.jit_wall_time_ms = (time.perf_counter() - t0) * 1e3
-            if (log_full(info) or log_full(error)) and size < (1 << 28):
-                if not err:
-                    drv.cuModuleUnload(handle)
-                size *= 8  # a log filled its buffer: load again so nothing is cut
-                continue
-            break
+        # a kernel's first launch may come inside a CUDA graph capture (PyTorch's global
+        # mode refuses a module load there): the load runs at once and is not recorded
+        with relaxed_capture():
+            while True:
+                info, error = bytearray(size), bytearray(size)
+                keys, values = self.jit_options.driver_options(info, error)
+                t0 = time.perf_counter()
+                err, handle = drv.cuModuleLoadDataEx(self._image, len(keys), keys, values)
+                self.jit_wall_time_ms = (time.perf_counter() - t0) * 1e3
+                if (log_full(info) or log_full(error)) and size < (1 << 28):
+                    if not err:
+                        drv.cuModuleUnload(handle)
+                    size *= 8  # a log filled its buffer: load again so nothing is cut
+                    continue
+                break
         self.info_log += log_text(info)
         self.error_log = log_text(error)
         if err:

@@ -79,16 +79,11 @@ def pointer(slot: ParamSlot, value: Any, device: int, pending: list) -> int:
         f"with __cuda_array_interface__ or __dlpack__) or kjit.ptr, got {type(value).__name__}")
 
 
-# torch dtype name -> kjit typestr, for the dtypes a kernel reads through a typed pointer
-_TORCH_DTYPES = {"float16": "<f2", "float32": "<f4", "float64": "<f8", "int8": "|i1",
-                 "int16": "<i2", "int32": "<i4", "int64": "<i8", "uint8": "|u1", "uint16": "<u2",
-                 "uint32": "<u4", "uint64": "<u8", "bool": "|b1", "complex64": "<c8",
-                 "complex128": "<c16"}
-
-
 def torch_typestr(dtype: Any) -> str | None:
     """kjit's typestr of a torch.dtype, None for those kjit has no element type for (bfloat16...)."""
-    return _TORCH_DTYPES.get(str(dtype).rpartition(".")[2])
+    hit = dtypes._COMMON.get(   # torch's dtype names are numpy's: kjit's table of them
+        str(dtype).rpartition(".")[2])
+    return hit[0] if hit else None
 
 
 def tensor_pointer(slot: ParamSlot, t: Any, device: int, grad_ok: bool = False,

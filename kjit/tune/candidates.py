@@ -15,27 +15,12 @@ from .config import Config
 
 
 def compile_candidates(items: list[dict[str, Any]], arch: str | None) -> list[Any]:
-    """ObjectCode or the exception, per item in order: in parallel worker processes through
-    compile_many where kjit has it, else one at a time."""
+    """ObjectCode or the exception, per item in order, compiled in parallel worker processes
+    (kjit.compile_many)."""
     if not items:
         return []
-    try:
-        from ..compiler.many import compile_many   # type: ignore[import-not-found]
-    except ImportError:
-        compile_many = None
-    if compile_many is not None:
-        return compile_many(items, arch=arch, target="cubin", errors="return", progress=False)
-    from ..compiler.api import compile as compile_one
-    out: list[Any] = []
-    for item in items:
-        try:
-            out.append(compile_one(item["source"], arch=item.get("arch") or arch, target="cubin",
-                                   options=item.get("options"),
-                                   name_expressions=item.get("name_expressions") or (),
-                                   name=item.get("name")))
-        except Exception as exc:   # a candidate that does not compile is skipped, its reason kept
-            out.append(exc)
-    return out
+    from ..compiler.many import compile_many
+    return compile_many(items, arch=arch, target="cubin", errors="return", progress=False)
 
 
 def merged_options(options: CompileOptions | None, defines: dict[str, str | None]) -> CompileOptions | None:

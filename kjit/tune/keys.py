@@ -5,13 +5,11 @@ PyTorch, CuPy, numpy) by dtype and shape; nothing else, so a pointer or a stream
 makes a new entry. Argument names come from the kernel's own signature in its source."""
 from __future__ import annotations
 
-import functools
 import re
 from typing import Any, Mapping, Sequence
 
 from ..compiler.declarations import KERNEL, strip_comments
 from ..errors import ArgumentError
-from ..hashing import sha256
 
 
 def key_value(name: str, value: Any) -> Any:
@@ -97,11 +95,6 @@ def name_args(names: Sequence[str] | None, args: Sequence[Any], kwargs: Mapping[
     return named
 
 
-def source_digest(source: str) -> str:
-    return sha256(source.encode()).hexdigest()
-
-
-@functools.lru_cache(maxsize=None)
 def _device(ordinal: int) -> dict[str, Any]:
     from .. import driver
     drv = driver.bindings()
