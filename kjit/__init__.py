@@ -51,8 +51,30 @@ __all__ = sorted([*_LAZY, *_SUBMODULES, "compile", "load", "__version__", "Argum
 
 
 def compile(source: str, *, arch: Any = None, backend: str = "cuda", **kwargs: Any) -> Any:
-    """Compile CUDA (NVRTC) or HIP (hiprtc) source to PTX, cubin, LTO-IR or an AMD code object;
-    see kjit.compiler.api.compile for every argument. The result comes through kjit's cache."""
+    """Compile CUDA (NVRTC) or HIP (hiprtc) source to PTX, cubin, LTO-IR or an AMD code object,
+    through kjit's cache: a source compiled before (with the same headers, options and
+    compiler) comes back from it without compiling.
+
+    Args:
+        source: the kernel source.
+        arch: "sm_90", "sm_90a", "compute_90" (PTX), "gfx90a" (HIP), a kjit.Arch or an int
+            (90). None: the current device, else $KJIT_ARCH, else an InvalidOptionError that
+            says how to choose one.
+        backend: "cuda" (NVRTC) or "hip" (hiprtc).
+        target: "cubin" (the default for CUDA), "ptx", "ltoir"; "hsaco" for HIP.
+        options: a kjit.CompileOptions.
+        name_expressions: template instantiations to compile, such as ["axpy<float>"];
+            ObjectCode.lowered_name gives each one's mangled name.
+        name: the source's file name in messages and logs.
+        cache: False compiles without reading or writing the cache.
+
+    Returns:
+        kjit.ObjectCode, whose cache_hit says where it came from.
+
+    Raises:
+        InvalidOptionError: for bad arguments, before anything compiles.
+        CompileError: when the compiler rejects the source (with its log and source excerpts).
+    """
     device_arch = arch is None and backend == "cuda"
     if device_arch:
         # The current device's arch. Asking for it starts the device's context in the
@@ -70,8 +92,16 @@ def compile(source: str, *, arch: Any = None, backend: str = "cuda", **kwargs: A
 
 
 def load(code: Any, *, jit_options: Any = None) -> Any:
-    """Load compiled or linked code (ObjectCode, LinkResult, bytes or a file path) and return a
-    Module; see kjit.runtime.module.load."""
+    """Load compiled or linked code and return a kjit.Module.
+
+    Args:
+        code: a kjit.ObjectCode, a kjit.LinkResult, the bytes of a cubin, PTX, fatbin or
+            AMD code object, or the path of such a file.
+        jit_options: kjit.JitOptions for the driver's JIT (PTX) and loader.
+
+    The code is loaded now, in the current context, so that load errors and the JIT's logs
+    come here rather than at the first launch.
+    """
     from .runtime.module import load as load_module
     return load_module(code, jit_options=jit_options)
 
