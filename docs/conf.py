@@ -69,6 +69,19 @@ def _drop_builtin_docstrings(app, what, name, obj, options, lines):
         lines.clear()
 
 
+# Classes kjit hands out but users do not construct: their constructors' parameters are
+# kjit's internals, so the reference shows them without a signature.
+_HANDED_OUT = {"kjit.Kernel", "kjit.decorator.KernelFunction", "kjit.runtime.module.Global",
+               "kjit.LinkResult", "kjit.autotune.Result", "kjit.autotune.Autotuned"}
+
+
+def _hide_internal_constructors(app, what, name, obj, options, signature, return_annotation):
+    if what == "class" and name in _HANDED_OUT:
+        return "", None
+    return None
+
+
 def setup(app):
+    app.connect("autodoc-process-signature", _hide_internal_constructors)
     app.connect("autodoc-process-docstring", _drop_namedtuple_aliases)
     app.connect("autodoc-process-docstring", _drop_builtin_docstrings)
