@@ -51,6 +51,27 @@ def test_api_reference_names_only_what_exists():
             pytest.fail(f"docs/api.rst documents {name}, which kjit does not have")
 
 
+GUIDES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+_PATH = re.compile(r"(?<![\w/.-])(?:kjit|tests|benchmarks|scripts|examples|docs|\.ci)/[\w./*-]*[\w/*]")
+_DOTTED = re.compile(r"(?<![\w.])kjit(?:\.[A-Za-z_]\w*)+")
+
+
+def test_guides_name_only_files_and_modules_that_exist():
+    """A guide naming a file (kjit/compiler/observe.py) or a module or object
+    (kjit.formats.bundle.write_bundle) that has moved sends readers nowhere."""
+    stale = []
+    for page in GUIDES:
+        text = page.read_text()
+        stale += [f"{page.name}: {p}" for p in set(_PATH.findall(text))
+                  if not (list(ROOT.glob(p)) if "*" in p else (ROOT / p).exists())]
+        for name in set(_DOTTED.findall(text)):
+            try:
+                _resolve(name)
+            except (ImportError, AttributeError):
+                stale.append(f"{page.name}: {name}")
+    assert not stale, "the docs name what does not exist: " + "; ".join(sorted(stale))
+
+
 def _read_variables() -> dict[str, set[str]]:
     """KJIT_* names in kjit's Python string literals (docstrings and messages included) and
     keyword names (dict(os.environ, KJIT_X=...)), and in its C string literals (not macros
