@@ -11,7 +11,7 @@ import kjit
 import kjit.cache
 from kjit.cache import key as key_mod
 from kjit.compiler import api as compiled, identity
-from kjit.cache.store import CacheWarning
+from kjit.cache.disk import CacheWarning
 from kjit.compiler import includes
 
 KERNEL = r'''

@@ -88,7 +88,7 @@ def describe(exc: BaseException) -> tuple[str, str, int, dict[str, Any]]:
 
 
 def _bad_setting(exc: KjitError) -> bool:
-    from ..cache.store import SettingError
+    from ..cache.settings import SettingError
     return isinstance(exc, SettingError)
 
 

@@ -26,10 +26,10 @@ import warnings
 from typing import Any, Callable, Iterable
 
 from .. import arch as arch_mod
-from ..cache.core import Made, bypass, creation_lock, enabled_by_env, lookup_hashed, unstorable
+from ..cache.lookup import Made, bypass, creation_lock, enabled_by_env, lookup_hashed, unstorable
 from ..cache.key import KEY_ENV_VARS, env_fingerprint, key_hash, sha256
 from ..cache.settings import switch_on
-from ..cache.store import CacheWarning
+from ..cache.disk import CacheWarning
 from ..objectcode import ObjectCode
 from . import includes, manifest, search
 from .identity import compiler_identity

@@ -1,5 +1,6 @@
-"""get_or_create: memory layer, then the checked disk entry, then (under a per-key lock) the
-shared tier if one is configured (kjit.cache.remote, kjit.cache.shared), then create."""
+"""The lookup: this process's memory layer, then the checked disk entry, then (under a per-key
+lock) the shared tier if one is configured (kjit.cache.shared), then create and store.
+Also `peek`, a lookup that never creates, and the listeners' events (kjit.cache.events)."""
 from __future__ import annotations
 
 import atexit
@@ -7,16 +8,17 @@ import os
 import sys
 import time
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from . import events
 from .entry import CorruptEntry, encode
+from .disk import CacheWarning, DiskStore, Unavailable
 from .key import key_hash, sha256
-from .memory import MemoryLayer
-from .layers import open_store
-from .store import (ON, ENV_DIR, CacheWarning, DiskStore, Unavailable, cache_dir, cache_dirs,
-                    check_settings)
+from .readonly import open_store
+from .settings import DEFAULT_MEMORY, ENV_MEMORY, check_settings, env_size, switch, switch_on
+from ..locations import ENV_CACHE_DIR as ENV_DIR, cache_dir, cache_dirs
 from ..objectcode import ObjectCode
 
 ENV_ENABLE = "KJIT_CACHE"
@@ -25,12 +27,53 @@ ENV_REMOTE = "KJIT_REMOTE_CACHE"   # remote.ENV_URL, read here so a miss without
 FLUSH_INTERVAL_S = 30.0
 
 
+class MemoryLayer:
+    """Recently used ObjectCodes by key, bounded in bytes (KJIT_CACHE_MEMORY_SIZE), LRU."""
+
+    def __init__(self, limit: int | None = None):
+        if limit is None:
+            limit = env_size(ENV_MEMORY, DEFAULT_MEMORY)
+        self.limit = limit
+        self._items: OrderedDict[str, ObjectCode] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: str) -> ObjectCode | None:
+        obj = self._items.get(key)
+        if obj is not None:
+            self._items.move_to_end(key)
+        return obj
+
+    def put(self, key: str, obj: ObjectCode) -> None:
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old.code)
+        if len(obj.code) > self.limit:
+            return
+        self._items[key] = obj
+        self._bytes += len(obj.code)
+        while self._bytes > self.limit:
+            _, dropped = self._items.popitem(last=False)
+            self._bytes -= len(dropped.code)
+
+    def discard(self, key: str) -> None:
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old.code)
+
+    def clear(self) -> None:
+        self._items.clear()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 class Cache:
     """One cache directory as this process sees it: memory layer + disk store."""
 
     def __init__(self, path: Path, dirs: list[Path] | None = None):
         check_settings()  # a bad KJIT_CACHE_* is an error on a hit and on a miss alike
-        # DiskStore, or layers.Layered when a listed directory is read-only
+        # DiskStore, or readonly.Layered when a listed directory is read-only
         self.disk: DiskStore | None = open_store(dirs or [path])
         self.path = self.disk.path  # where new results go
         self.memory = MemoryLayer()
@@ -90,16 +133,7 @@ def _flush_all() -> None:
 
 
 def enabled_by_env() -> bool:
-    return os.environ.get(ENV_ENABLE, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def digest(obj: ObjectCode) -> str:
-    """sha256 hex over kind, arch and code: identifies a link input by content."""
-    import hashlib  # any size, many times: OpenSSL's
-    h = hashlib.sha256()
-    h.update(f"{obj.kind}\0{obj.arch or ''}\0".encode())
-    h.update(obj.code)
-    return h.hexdigest()
+    return switch_on(ENV_ENABLE)
 
 
 def get_or_create(namespace: str, key: Mapping[str, Any], create: Callable[[], ObjectCode], *,
@@ -172,7 +206,7 @@ def unstorable(namespace: str, label: str = "") -> None:
     (`kjit cache stats`: "unstorable")."""
     c = current()
     c.session["unstorable"] += 1
-    store = getattr(c.disk, "top", c.disk)  # layers.Layered: its writable directory
+    store = getattr(c.disk, "top", c.disk)  # readonly.Layered: its writable directory
     if store is None or getattr(store, "read_only", False):
         return
     try:
@@ -335,7 +369,40 @@ def _entry_meta(obj: ObjectCode, namespace: str, label: str, meta: Any, create_s
     }
     if source is not None:
         out["source_sha256"] = sha256(source)
-        if os.environ.get(ENV_SAVE_SOURCE, "").strip().lower() in ON:
+        if switch(os.environ.get(ENV_SAVE_SOURCE), False):
             out["source"] = source
     out.update(extra)
     return out
+
+
+def peek(h: str, namespace: str = "", label: str = "") -> ObjectCode | None:
+    """A lookup that never creates: the entry stored under hashed key `h`, or None. Memory,
+    the checked disk entry, then the signed shared tier (what is found below is copied up);
+    for small records kept beside compiled code (tuning results). A hit counts as a use, so
+    pruning keeps records still in use. A damaged entry is dropped (and made again by the
+    caller), an unreachable server backs off as for any request."""
+    if not enabled_by_env():
+        return None
+    c = current()
+    obj = c.memory.get(h)
+    if obj is None and c.disk is not None:
+        try:
+            obj = _read(c, c.disk, h, namespace, label)
+        except Unavailable:
+            obj = None
+    if obj is not None:
+        c.pending_hits[h] = c.pending_hits.get(h, 0) + 1
+        c.memory.put(h, obj)
+        return obj
+    tier = _tier()
+    got = tier.fetch(h) if tier is not None else None
+    if got is None:
+        return None
+    obj, meta = got
+    if c.disk is not None:
+        try:
+            c.disk.put(h, obj, meta)
+        except Exception:
+            pass
+    c.memory.put(h, obj)
+    return obj
