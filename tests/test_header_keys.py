@@ -406,11 +406,11 @@ def test_header_edited_during_the_compile_is_never_keyed_as_the_old_one(tmp_path
     real = compiled.compile_uncached
     edits = []
 
-    def compile_while_someone_edits(req):
+    def compile_while_someone_edits(req, *args):
         if not edits:
             edits.append(1)
             write_same_size_keep_mtime(coef, "#define FACTOR 3.0f\n")
-        return real(req)
+        return real(req, *args)
     monkeypatch.setattr(compiled, "compile_uncached", compile_while_someone_edits)
     three = kjit.compile(I_SRC, arch="sm_90", options=opts)
     monkeypatch.setattr(compiled, "compile_uncached", real)

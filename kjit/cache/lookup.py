@@ -221,8 +221,9 @@ UNSTORABLE_STAT = "stat:unstorable"
 
 def lookup_hashed(k: str, namespace: str, create: Callable[[], ObjectCode], *, label: str = "",
                   meta: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
-                  t0: float | None = None) -> ObjectCode:
-    """get_or_create with the key already hashed (kjit.compile memoises the hash)."""
+                  t0: float | None = None, check: Callable[[], None] | None = None) -> ObjectCode:
+    """get_or_create with the key already hashed (kjit.compile memoises the hash). `check`,
+    called after create(), raises to keep the result from being stored (its inputs changed)."""
     if t0 is None:
         t0 = time.perf_counter()
     c = current()
@@ -234,28 +235,119 @@ def lookup_hashed(k: str, namespace: str, create: Callable[[], ObjectCode], *, l
             events.emit(events.CacheEvent(events.MEMORY_HIT, namespace, k, label,
                                           time.perf_counter() - t0, size=len(obj.code)))
         return obj
+    with _Miss(c, k, namespace, label, t0) as miss:
+        if miss.found is not None:   # on disk, or made by another process or node meanwhile
+            return miss.found
+        t1 = time.perf_counter()
+        obj = create()   # called here, not in a helper: the compile is one frame below
+        if check is not None:
+            check()
+        return miss.store(obj, getattr(create, "made_s", None) or time.perf_counter() - t1, meta)
 
-    disk = c.disk
-    if disk is not None:
+
+class _Miss:
+    """A lookup that missed memory, as a block around create(): entering reads the checked
+    disk entry, else takes the key's lock (another process may be creating it; a disk hit
+    never loads the shared tier's modules), then asks the shared tier if one is configured
+    (its value, or its lease to create under). `found` is then the result, or None: the
+    caller creates, and store() keeps the result in memory, on disk and in the tier.
+    Leaving gives up the lease (telling the cluster when create() failed) and the lock."""
+
+    def __init__(self, c: Cache, k: str, namespace: str, label: str, t0: float):
+        self.c, self.k, self.namespace, self.label, self.t0 = c, k, namespace, label, t0
+        self.disk: Any = c.disk
+        self.found: ObjectCode | None = None
+        self.tier: Any = None
+        self.lease: Any = None
+        self.lock: Any = None
+        self.waited = 0.0
+
+    def __enter__(self) -> "_Miss":
         try:
-            found = _read(c, disk, k, namespace, label)
-            if found is not None:
-                return _hit(c, k, found, namespace, label, t0, 0.0)
-            with disk.lock(k) as waited:
-                found = _read(c, disk, k, namespace, label)
-                if found is not None:  # another process created it while we waited
-                    return _hit(c, k, found, namespace, label, t0, waited)
-                # the shared tier only now: a disk hit never loads its client library
-                tier = _tier()  # None unless KJIT_REMOTE_CACHE is set
-                if tier is not None:
-                    return _shared(c, disk, tier, k, namespace, create, label, meta, t0, waited)
-                return _create(c, disk, k, namespace, create, label, meta, t0, waited)
-        except Unavailable as exc:
-            c.unusable(exc, namespace, k, label)
-    tier = _tier()
-    if tier is not None:
-        return _shared(c, None, tier, k, namespace, create, label, meta, t0, 0.0)
-    return _create(c, None, k, namespace, create, label, meta, t0, 0.0)
+            self._enter()
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def _enter(self) -> None:
+        c, k, disk = self.c, self.k, self.disk
+        if disk is not None:
+            try:
+                found = _read(c, disk, k, self.namespace, self.label)
+                if found is None:
+                    lock = disk.lock(k)
+                    self.waited = lock.__enter__()
+                    self.lock = lock
+                    found = _read(c, disk, k, self.namespace, self.label)
+                if found is not None:
+                    self.found = _hit(c, k, found, self.namespace, self.label, self.t0, self.waited)
+                    return
+            except Unavailable as exc:
+                self._unlock(None)
+                self.disk = None
+                c.unusable(exc, self.namespace, k, self.label)
+        self.tier = _tier()  # None unless KJIT_REMOTE_CACHE is set
+        if self.tier is None:
+            return
+        claim = self.tier.claim(k, self.label or self.namespace)
+        self.waited += claim.waited
+        self.lease = claim.lease
+        if claim.obj is not None:
+            self._remote_hit(claim.obj, claim.meta)
+
+    def _remote_hit(self, obj: ObjectCode, meta: Any) -> None:
+        """The tier's value, checked: kept on the local disk too."""
+        c = self.c
+        if self.disk is not None:
+            try:
+                self.disk.put(self.k, obj, meta)
+            except Unavailable as exc:
+                c.unusable(exc, self.namespace, self.k, self.label)
+        c.memory.put(self.k, obj)
+        c.session["remote_hits"] += 1
+        if events.active():
+            events.emit(events.CacheEvent(events.REMOTE_HIT, self.namespace, self.k, self.label,
+                                          time.perf_counter() - self.t0, wait_s=self.waited,
+                                          size=len(obj.code)))
+        self.found = obj
+
+    def store(self, obj: ObjectCode, create_s: float, meta: Any) -> ObjectCode:
+        c, k, namespace, label, disk = self.c, self.k, self.namespace, self.label, self.disk
+        if not isinstance(obj, ObjectCode):
+            raise TypeError(f"cache create() for {namespace!r} returned {type(obj).__name__}, not ObjectCode")
+        c.session["misses"] += 1
+        stored = obj.with_(cache_hit=True)
+        c.memory.put(k, stored)
+        if self.tier is not None or disk is not None:
+            entry_meta = _entry_meta(obj, namespace, label, meta, create_s)
+        if self.tier is not None:  # the same bytes to both tiers: the cluster first, it is waiting
+            self.tier.publish(k, encode(k, stored, entry_meta))
+        if disk is not None:
+            try:
+                disk.put(k, stored, entry_meta)
+                disk.record_miss()
+            except Unavailable as exc:
+                c.unusable(exc, namespace, k, label)
+        if events.active():
+            events.emit(events.CacheEvent(events.MISS, namespace, k, label, time.perf_counter() - self.t0,
+                                          create_s, self.waited, size=len(obj.code)))
+        return obj.with_(cache_hit=False)
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if self.lease is not None:
+            try:
+                if kind is not None and issubclass(kind, Exception):
+                    self.tier.abandon(self.k)  # the others stop waiting for us
+            finally:
+                self.lease.release()
+                self.lease = None
+        self._unlock((kind, exc, tb))
+
+    def _unlock(self, exc_info: Any) -> None:
+        if self.lock is not None:
+            lock, self.lock = self.lock, None
+            lock.__exit__(*(exc_info or (None, None, None)))
 
 
 def _tier() -> Any:
@@ -265,37 +357,6 @@ def _tier() -> Any:
         return None
     from . import shared
     return shared.active()
-
-
-def _shared(c: Cache, disk: DiskStore | None, tier: Any, k: str, namespace: str,
-            create: Callable[[], ObjectCode], label: str, meta: Any, t0: float,
-            waited: float) -> ObjectCode:
-    """A local miss with a shared tier: its value (kept on the local disk too), else create
-    under its lease and publish to both."""
-    claim = tier.claim(k, label or namespace)
-    if claim.obj is None:
-        try:
-            return _create(c, disk, k, namespace, create, label, meta, t0, waited + claim.waited,
-                           tier=tier)
-        except Exception:
-            if claim.lease is not None:  # the others stop waiting for us
-                tier.abandon(k)
-            raise
-        finally:
-            if claim.lease is not None:
-                claim.lease.release()
-    obj = claim.obj
-    if disk is not None:
-        try:
-            disk.put(k, obj, claim.meta)
-        except Unavailable as exc:
-            c.unusable(exc, namespace, k, label)
-    c.memory.put(k, obj)
-    c.session["remote_hits"] += 1
-    if events.active():
-        events.emit(events.CacheEvent(events.REMOTE_HIT, namespace, k, label, time.perf_counter() - t0,
-                                      wait_s=waited + claim.waited, size=len(obj.code)))
-    return obj
 
 
 def _read(c: Cache, disk: DiskStore, k: str, namespace: str, label: str) -> ObjectCode | None:
@@ -324,33 +385,6 @@ def _hit(c: Cache, k: str, obj: ObjectCode, namespace: str, label: str, t0: floa
         events.emit(events.CacheEvent(events.DISK_HIT, namespace, k, label, time.perf_counter() - t0,
                                       wait_s=waited, size=len(obj.code)))
     return obj
-
-
-def _create(c: Cache, disk: DiskStore | None, k: str, namespace: str,
-            create: Callable[[], ObjectCode], label: str, meta: Any, t0: float,
-            waited: float, tier: Any = None) -> ObjectCode:
-    t1 = time.perf_counter()
-    obj = create()
-    create_s = getattr(create, "made_s", None) or time.perf_counter() - t1
-    if not isinstance(obj, ObjectCode):
-        raise TypeError(f"cache create() for {namespace!r} returned {type(obj).__name__}, not ObjectCode")
-    c.session["misses"] += 1
-    stored = obj.with_(cache_hit=True)
-    c.memory.put(k, stored)
-    if tier is not None or disk is not None:
-        entry_meta = _entry_meta(obj, namespace, label, meta, create_s)
-    if tier is not None:  # the same bytes to both tiers: the cluster first, it is waiting
-        tier.publish(k, encode(k, stored, entry_meta))
-    if disk is not None:
-        try:
-            disk.put(k, stored, entry_meta)
-            disk.record_miss()
-        except Unavailable as exc:
-            c.unusable(exc, namespace, k, label)
-    if events.active():
-        events.emit(events.CacheEvent(events.MISS, namespace, k, label, time.perf_counter() - t0,
-                                      create_s, waited, size=len(obj.code)))
-    return obj.with_(cache_hit=False)
 
 
 def _entry_meta(obj: ObjectCode, namespace: str, label: str, meta: Any, create_s: float) -> dict[str, Any]:
