@@ -53,8 +53,8 @@ def compile(source: str, *, arch=None, target: str | None = None,
     if not cache or not enabled_by_env():
         req = make_request(source, arch=arch, target=target, options=options,
                            name_expressions=name_expressions, backend=backend, name=name)
-        return bypass(NAMESPACE, partial(compile_uncached, req, search.for_options(req.options, req.backend)),
-                      req.name)
+        path = search.for_options(req.options, req.backend)
+        return bypass(NAMESPACE, partial(compile_uncached, req, path), req.name)
     if arch is None:  # the current device (or $KJIT_ARCH): may differ from call to call
         arch = arch_mod.resolve(None, backend if backend in ("cuda", "hip") else "cuda").name
     if not isinstance(name_expressions, (tuple, str)):
@@ -85,9 +85,10 @@ def compile(source: str, *, arch=None, target: str | None = None,
             return keyed.made.obj.with_(cache_hit=None)
         if sig is not None:
             _remember(sig, keyed)
+        create, check = (keyed.made, keyed.made_check) if keyed.made else (keyed.create, keyed.check)
         try:
-            return lookup_hashed(keyed.key, NAMESPACE, keyed.made or keyed.create, label=req.name,
-                                 meta=keyed.meta, t0=t0, check=keyed.made_check if keyed.made else keyed.check)
+            return lookup_hashed(keyed.key, NAMESPACE, create, label=req.name, meta=keyed.meta,
+                                 t0=t0, check=check)
         except HeadersChanged:
             continue
     return bypass(NAMESPACE, partial(compile_uncached, req, path), req.name)
