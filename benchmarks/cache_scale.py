@@ -36,7 +36,7 @@ def build(path: Path, n: int) -> float:
     """A cache at `path` with n entries and their usage rows; returns seconds taken."""
     os.environ["KJIT_CACHE_DIR"] = str(path)
     from kjit.cache import entry
-    from kjit.cache.store import DiskStore
+    from kjit.cache.disk import DiskStore
     from kjit.objectcode import ObjectCode
     t0 = time.perf_counter()
     store = DiskStore(path)

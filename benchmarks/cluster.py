@@ -151,7 +151,7 @@ def run_cluster(work: Path, url: str | None, procs: int, nodes: int, sources: li
 HIT_COST = r'''
 import json, sys, time
 import kjit, kjit.cache
-from kjit.cache import core
+from kjit.cache import lookup
 from kjit.compiler.api import compile_key
 sources, arch, rounds, mode = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 t0 = time.perf_counter()
@@ -160,7 +160,7 @@ first = time.perf_counter() - t0
 keys = [compile_key(s, arch=arch) for s in sources]
 times = []
 for _ in range(rounds):
-    c = core.current()
+    c = lookup.current()
     c.memory.clear()
     if mode == "remote":  # the local disk loses them: every lookup goes to Redis
         for k in keys:

@@ -173,7 +173,7 @@ import kjit; m("import kjit")
 import kjit.compiler.api as api; m("import the compile path")
 from kjit.compiler import facts; facts.nvrtc(); m("NVRTC facts (loads libnvrtc)")
 req = api.make_request({src!r}, arch={arch!r}); m("validate the request")
-from kjit.cache import store
+from kjit.cache import disk
 from kjit.compiler import nvrtc
 T = {{}}
 def timed(owner, name, label):
@@ -185,8 +185,8 @@ def timed(owner, name, label):
         finally:
             T[label] = T.get(label, 0) + (time.perf_counter() - t) * 1e3
     setattr(owner, name, w)
-timed(store.DiskStore, "_open", "  of which: cache databases created")
-timed(store.DiskStore, "_store", "  of which: the entry stored")
+timed(disk.DiskStore, "_open", "  of which: cache databases created")
+timed(disk.DiskStore, "_store", "  of which: the entry stored")
 timed(nvrtc, "compile_source", "  of which: NVRTC")
 assert kjit.compile({src!r}, arch={arch!r}).cache_hit is False; m("compile: key, lock, NVRTC, store")
 M.update(T)

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 import kjit
 import kjit.cache
-from kjit.cache import core
+from kjit.cache import lookup
 from kjit.cli.main import cli
 
 
@@ -28,7 +28,7 @@ def filled(saxpy_src, template_src, monkeypatch):
     a = kjit.compile(saxpy_src, arch="sm_90")
     kjit.compile(saxpy_src, arch="sm_90")
     b = kjit.compile(template_src, arch="sm_80", name_expressions=["axpy<float>"])
-    core.current().flush_hits()
+    lookup.current().flush_hits()
     return a, b
 
 
@@ -97,7 +97,7 @@ def test_prune(filled):
 def test_verify(filled):
     r = jrun("verify")
     assert r == {"checked": 2, "ok": 2, "corrupt": [], "unreadable": 0}
-    disk = core.current().disk
+    disk = lookup.current().disk
     k = disk.keys()[0]
     disk.entries.set(k, disk.get_blob(k)[:-1])
     bad = jrun("verify", code=1)
@@ -197,16 +197,16 @@ def test_prune_works_on_a_full_disk(tmp_path):
 def test_the_in_place_prune_keeps_the_rest_intact(filled, monkeypatch, saxpy_src):
     """The path a full disk takes, on any machine: same choices, same report, a cache
     that verifies and still serves what it kept."""
-    from kjit.cache import inplace
-    monkeypatch.setattr(inplace, "disk_full", lambda path: True)
+    from kjit.cache import pruning
+    monkeypatch.setattr(pruning, "disk_full", lambda path: True)
     # with its source saved, this entry is large enough for a value file beside the database
     kjit.compile(saxpy_src + "\n//" + "x" * 60000 + "\n", arch="sm_90")
-    entries_dir = core.current().path / "entries"
+    entries_dir = lookup.current().path / "entries"
     assert any(entries_dir.rglob("*.val"))
     keys = {r["key"] for r in jrun("ls")}
     assert jrun("prune", "--older-than", "1d")["removed"] == 0
     oldest = jrun("ls", "--sort", "last_used", "--reverse")[0]["key"]
-    one = jrun("prune", "--max-size", str(core.current().disk.volume() - 1))
+    one = jrun("prune", "--max-size", str(lookup.current().disk.volume() - 1))
     assert one["keys"] == [oldest] and one["entries_left"] == 2
     r = jrun("prune", "--max-size", "1")
     assert r["removed"] == 2 and r["entries_left"] == 0 and set(r["keys"]) == keys - {oldest}

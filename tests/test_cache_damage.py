@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 import kjit
 import kjit.cache as cache
-from kjit.cache import core
-from kjit.cache.store import CacheWarning
+from kjit.cache import lookup
+from kjit.cache.disk import CacheWarning
 from kjit.cli.main import cli
 from kjit.objectcode import ObjectCode
 
@@ -58,8 +58,8 @@ def plant_foreign_rows(tmp_path) -> str:
     pickled values under string keys, a pickled metadata row for a real entry."""
     get(1)
     get(2)
-    real = sorted(core.current().disk.keys())[0]
-    core.current().disk.close()
+    real = sorted(lookup.current().disk.keys())[0]
+    lookup.current().disk.close()
     marker = str(tmp_path / "unpickled")
     with diskcache.Cache(str(cache.path() / "entries")) as c:
         c.set(("a", "tuple", "key"), b"x")
@@ -100,9 +100,9 @@ def test_clear_removes_foreign_rows_too(tmp_path):
 
 def test_compiles_go_on_beside_foreign_rows(tmp_path):
     marker = plant_foreign_rows(tmp_path)
-    core.current().memory.clear()
+    lookup.current().memory.clear()
     assert get(1).cache_hit is True and get(3).cache_hit is False
-    core.current().flush_hits()   # the pickled hits row cannot be incremented: skipped quietly
+    lookup.current().flush_hits()   # the pickled hits row cannot be incremented: skipped quietly
     assert not os.path.exists(marker)
 
 
@@ -110,7 +110,7 @@ def test_compiles_go_on_beside_foreign_rows(tmp_path):
 def test_clear_works_on_a_corrupt_database(damage):
     for i in range(40):
         get(100 + i)
-    core.current().disk.close()
+    lookup.current().disk.close()
     db = cache.path() / "entries" / "cache.db"
     data = bytearray(db.read_bytes())
     if damage == "header":
@@ -118,21 +118,21 @@ def test_clear_works_on_a_corrupt_database(damage):
     else:
         data[4096:len(data) - 4096] = b"\xa5" * (len(data) - 8192)
     db.write_bytes(bytes(data))
-    core._caches.clear()
+    lookup._caches.clear()
     res = CliRunner().invoke(cli, ["cache", "ls", "--json"])
     assert res.exit_code == 1 and json.loads(res.stdout)["error"]["type"] == "KjitError"
     r = jrun("clear")
     assert r["reset"] is True or r["removed"] is not None
-    core._caches.clear()
+    lookup._caches.clear()
     assert jrun("ls") == [] and get(100).cache_hit is False
-    core._caches.clear()
+    lookup._caches.clear()
     assert get(100).cache_hit is True
 
 
 def test_clear_does_not_follow_links_out_of_the_cache(tmp_path):
     get(1)
-    core.current().disk.close()
-    core._caches.clear()
+    lookup.current().disk.close()
+    lookup._caches.clear()
     outside = tmp_path / "precious"
     outside.mkdir()
     (outside / "keep.txt").write_text("mine")
@@ -145,7 +145,7 @@ def test_clear_does_not_follow_links_out_of_the_cache(tmp_path):
     r = jrun("clear")
     assert r["reset"] is True
     assert (outside / "keep.txt").read_text() == "mine" and not entries.exists()
-    core._caches.clear()
+    lookup._caches.clear()
     assert get(1).cache_hit is False
 
 
@@ -153,14 +153,14 @@ def test_value_file_outside_the_cache_is_never_read_or_deleted(tmp_path):
     get(5)
     victim = tmp_path / "victim.val"
     victim.write_bytes(b"secret")
-    (k,) = core.current().disk.keys()
-    core.current().disk.close()
+    (k,) = lookup.current().disk.keys()
+    lookup.current().disk.close()
     con = sqlite3.connect(cache.path() / "entries" / "cache.db")
     rel = os.path.relpath(victim, cache.path() / "entries")
     con.execute("UPDATE Cache SET mode = 2, filename = ?, value = NULL WHERE key = ?", (rel, k))
     con.commit()
     con.close()
-    core.current().memory.clear()
+    lookup.current().memory.clear()
     with pytest.warns(CacheWarning, match="not one kjit writes"):
         assert get(5).cache_hit is False          # recompiled, the planted row dropped
     assert victim.read_bytes() == b"secret"
@@ -184,7 +184,7 @@ def test_a_link_planted_where_a_lock_goes_is_not_followed(tmp_path):
     assert get(7).cache_hit is False
     assert not target.exists() and not os.path.lexists(target)
     assert stat.S_ISREG(os.lstat(locks / f"{k}.lock").st_mode)
-    core.current().memory.clear()
+    lookup.current().memory.clear()
     assert get(7).cache_hit is True
 
 
@@ -217,8 +217,8 @@ def test_a_directory_owned_by_another_user_is_refused(tmp_path, monkeypatch):
 
 def test_a_linked_subdirectory_is_refused(tmp_path):
     get(0)
-    core.current().disk.close()
-    core._caches.clear()
+    lookup.current().disk.close()
+    lookup._caches.clear()
     elsewhere = tmp_path / "elsewhere"
     (cache.path() / "usage").rename(elsewhere)
     (cache.path() / "usage").symlink_to(elsewhere, target_is_directory=True)
@@ -238,7 +238,7 @@ def test_ls_orders_agree_with_reading_every_entry():
         cache.get_or_create("test", {"i": i}, lambda i=i: ObjectCode(
             PTX.replace(b"%d", str(i).encode()) + b"//" + b"x" * (i * 37 % 101), kind="ptx",
             arch=["compute_80", "compute_90", "compute_100"][i % 3], name=f"k{i:02d}.cu"))
-    store = core.current().disk
+    store = lookup.current().disk
     keys = sorted(store.keys())
     store.record_hits({k: (i * 7) % 13 + 1 for i, k in enumerate(keys)})
     store.usage.delete("size:" + keys[0])

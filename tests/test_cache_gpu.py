@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kjit
-from kjit.cache import core
+from kjit.cache import lookup
 
 pytestmark = pytest.mark.gpu
 
@@ -33,7 +33,7 @@ def test_disk_hit_from_another_process_loads_and_runs(tmp_path):
                               "PYTHONPATH": os.pathsep.join([str(Path(kjit.__file__).parents[1]),
                                                              os.environ.get("PYTHONPATH", "")])})
     assert out.stdout.strip() == "False", out.stderr      # the other process compiled it
-    core.current().memory.clear()
+    lookup.current().memory.clear()
     obj = kjit.compile(src, arch=arch, name_expressions=["axpy<float>"])
     assert obj.cache_hit is True and obj.kind == "cubin"  # read back from disk
     k = kjit.load(obj).get_function("axpy<float>")        # symbol map came from the cache

@@ -11,7 +11,8 @@ import kjit
 import kjit.cache
 from kjit.cache import key as key_mod
 from kjit.compiler import api as compiled, identity
-from kjit.cache.store import CacheWarning
+from kjit.compiler import key as compile_keys
+from kjit.cache.disk import CacheWarning
 from kjit.compiler import includes
 
 KERNEL = r'''
@@ -89,7 +90,7 @@ def test_name_expressions_and_name_change_the_key(template_src):
 
 def test_compiler_version_and_schema_change_the_key(monkeypatch):
     base = ckey()
-    monkeypatch.setattr(compiled, "compiler_identity", lambda backend: "nvrtc 99.9")
+    monkeypatch.setattr(compile_keys, "compiler_identity", lambda backend: "nvrtc 99.9")
     assert ckey() != base
     monkeypatch.undo()
     monkeypatch.setattr(key_mod, "SCHEMA_VERSION", key_mod.SCHEMA_VERSION + 1)

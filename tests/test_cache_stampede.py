@@ -84,7 +84,7 @@ def test_a_waiting_process_reports_its_wait(tmp_path, monkeypatch):
     """The listener tells a benchmark that a hit came from waiting on another process."""
     import functools
     import kjit.cache
-    from kjit.cache import core
+    from kjit.cache import lookup
     log = tmp_path / "creates.log"
     ctx = mp.get_context("spawn")
     monkeypatch.setenv("KJIT_CACHE_DIR", str(tmp_path / "c"))

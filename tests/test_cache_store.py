@@ -15,8 +15,8 @@ import pytest
 
 import kjit
 import kjit.cache as cache
-from kjit.cache import core, entry
-from kjit.cache.store import CacheWarning, DiskStore
+from kjit.cache import entry, lookup
+from kjit.cache.disk import CacheWarning, DiskStore
 from kjit.objectcode import ObjectCode
 
 PTX = b".version 9.0\n.target sm_90\n.address_size 64\n.visible .entry k%d()\n{\nret;\n}\n"
@@ -46,11 +46,11 @@ def get(i=0, pad=0, maker=None, **kw):
 
 def drop_memory():
     """What a fresh process sees: no memory layer."""
-    core.current().memory.clear()
+    lookup.current().memory.clear()
 
 
 def disk() -> DiskStore:
-    return core.current().disk
+    return lookup.current().disk
 
 
 def only_key() -> str:
@@ -75,7 +75,7 @@ def test_disabled_by_argument_and_env(monkeypatch):
     b, _ = get(2, maker=m)
     c = kjit.compile("extern \"C\" __global__ void k(){}", arch="sm_90")
     assert b.cache_hit is None and c.cache_hit is None and m.calls == 2
-    assert not any(core.current().path.glob("entries/*.db")) or disk().keys() == []
+    assert not any(lookup.current().path.glob("entries/*.db")) or disk().keys() == []
 
 
 def test_compile_cache_false():
@@ -290,7 +290,7 @@ def test_read_only_populated_cache_dir(tmp_path, monkeypatch):
     ro = tmp_path / "ro"
     monkeypatch.setenv("KJIT_CACHE_DIR", str(ro))
     kjit.compile('extern "C" __global__ void k(float* y){ y[0] = 1; }', arch="sm_90")
-    core.current().disk.close()
+    lookup.current().disk.close()
     out = _run_readonly(ro, tmp_path)
     if "unshare failed" in out.stderr or "mount:" in out.stderr:
         pytest.skip(f"cannot make a read-only mount here: {out.stderr.strip()}")
@@ -317,7 +317,7 @@ def test_read_only_cache_with_a_writable_overlay(tmp_path, monkeypatch):
     src = 'extern "C" __global__ void k(float* y){ y[0] = 1; }'
     monkeypatch.setenv("KJIT_CACHE_DIR", str(ro))
     kjit.compile(src, arch="sm_90")
-    core.current().disk.close()
+    lookup.current().disk.close()
     out = _run_readonly(ro, tmp_path, cache_env=f"{ro}{os.pathsep}{overlay}", script=OVERLAY_SCRIPT)
     if "unshare failed" in out.stderr or "mount:" in out.stderr:
         pytest.skip(f"cannot make a read-only mount here: {out.stderr.strip()}")
@@ -356,7 +356,7 @@ def test_size_env_must_be_a_size(monkeypatch):
 
 
 def test_memory_layer_is_bounded(monkeypatch):
-    from kjit.cache.memory import MemoryLayer
+    from kjit.cache.lookup import MemoryLayer
     mem = MemoryLayer(limit=1000)
     for i in range(10):
         mem.put(str(i), ptx(i, 300))
@@ -368,7 +368,7 @@ def test_entry_metadata(monkeypatch, saxpy_src):
     monkeypatch.setenv("KJIT_CACHE_SAVE_SOURCE", "1")
     obj = kjit.compile(saxpy_src, arch="sm_90", options=kjit.CompileOptions(fast_math=True))
     kjit.compile(saxpy_src, arch="sm_90", options=kjit.CompileOptions(fast_math=True))
-    core.current().flush_hits()
+    lookup.current().flush_hits()
     (row,) = cache.ls()
     for field in ("kernels", "kind", "arch", "size", "create_ms", "created", "last_used", "hits",
                   "compiler", "options", "name", "source_sha256"):
@@ -523,7 +523,7 @@ def test_cache_commands_on_a_read_only_cache(tmp_path, monkeypatch):
     ro = tmp_path / "ro"
     monkeypatch.setenv("KJIT_CACHE_DIR", str(ro))
     kjit.compile('extern "C" __global__ void k(float* y){ y[0] = 1; }', arch="sm_90")
-    core.current().disk.close()
+    lookup.current().disk.close()
     out = _run_readonly(ro, tmp_path, script=READONLY_OPS_SCRIPT)
     if "unshare failed" in out.stderr or "mount:" in out.stderr:
         pytest.skip(f"cannot make a read-only mount here: {out.stderr.strip()}")
@@ -534,7 +534,7 @@ def test_cache_commands_on_a_read_only_cache(tmp_path, monkeypatch):
 # --- local settings: a bad value is one clear error, on a hit and on a miss ----------------------
 from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
 
-from kjit.cache.store import SettingError, check_settings, parse_duration, parse_size  # noqa: E402
+from kjit.cache.settings import SettingError, check_settings, parse_duration, parse_size  # noqa: E402
 
 SETTING_SRC = 'extern "C" __global__ void k(float* y){ y[0] = 1; }'
 
@@ -546,13 +546,13 @@ SETTING_SRC = 'extern "C" __global__ void k(float* y){ y[0] = 1; }'
 ])
 def test_a_bad_setting_fails_the_hit_and_the_miss_alike(monkeypatch, name, value):
     kjit.compile(SETTING_SRC, arch="sm_90")        # in the cache, with good settings
-    monkeypatch.setattr(core, "_caches", {})      # as a fresh process sees it
+    monkeypatch.setattr(lookup, "_caches", {})      # as a fresh process sees it
     monkeypatch.setenv(name, value)
     for src in (SETTING_SRC, SETTING_SRC + "\n// a miss"):
         with pytest.raises(SettingError) as info:
             kjit.compile(src, arch="sm_90")
         assert f"{name}={value!r}" in str(info.value)
-        monkeypatch.setattr(core, "_caches", {})
+        monkeypatch.setattr(lookup, "_caches", {})
 
 
 @pytest.mark.parametrize("name, value", [

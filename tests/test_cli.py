@@ -176,7 +176,7 @@ def test_info_json_schema():
 
 
 def test_info_reports_the_cache_location():
-    pytest.importorskip("kjit.cache.store")
+    pytest.importorskip("kjit.cache.disk")
     info = json.loads(run("info", "--json").output)
     assert Path(info["cache_dir"]) == Path(os.environ["KJIT_CACHE_DIR"])
 

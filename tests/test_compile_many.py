@@ -289,7 +289,7 @@ def test_precompile_specializations_in_parallel(spy):
 
 COLD = textwrap.dedent('''
     import sys, threading, kjit
-    from kjit.cache import core
+    from kjit.cache import lookup
     from kjit.compiler import nvrtc
     real, seen = nvrtc.compile_source, []
     def watched(*a, **k):   # what runs beside NVRTC

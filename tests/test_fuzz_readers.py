@@ -319,7 +319,7 @@ def _zip_fields(raw: bytes) -> list[tuple[int, int]]:
 def test_export_archives_survive_directory_edits(tmp_path_factory, payloads, data):
     from kjit.cache import archive
     from kjit.cache import entry as entry_mod
-    from kjit.cache.store import DiskStore
+    from kjit.cache.disk import DiskStore
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as z:
         for i, p in enumerate(payloads):

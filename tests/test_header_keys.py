@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import kjit
-from kjit.cache import core
+from kjit.cache import lookup
 from kjit.compiler import api as compiled
 from kjit.compiler import includes, manifest, snapshot, toolkit_headers, watch
 from kjit.compiler.snapshot import Snapshot
@@ -75,7 +75,7 @@ def view(request, monkeypatch):
         if request.param == "fresh":
             compiled._memo.clear()
             includes._file_memo.clear()
-            core.current().memory.clear()
+            lookup.current().memory.clear()
         return kjit.compile(src, arch="sm_90", **kw)
     compile_.mode = request.param
     return compile_
@@ -328,7 +328,7 @@ def test_damaged_manifest_is_a_miss_never_an_error(tmp_path, damage):
     m.write_bytes({"garbage": b"\x00\xff{nope", "truncated": data[: len(data) // 2],
                    "flipped": data.replace(b"\"key\":\"", b"\"key\":\"0", 1), "empty": b""}[damage])
     compiled._memo.clear()
-    core.current().memory.clear()
+    lookup.current().memory.clear()
     b = kjit.compile(I_SRC, arch="sm_90", options=opts)
     assert b.cache_hit is True and b.code == a.code
 
@@ -385,7 +385,7 @@ def test_fresh_process_sees_in_place_rewrite_with_mtime_restored(tmp_path):
 
 
 def test_cache_clear_removes_manifests(tmp_path):
-    from kjit.cache import ops
+    from kjit.cache import admin as ops
     inc = tmp_path / "inc"
     inc.mkdir()
     (inc / "coef.h").write_text("#define FACTOR 2.0f\n")
@@ -406,11 +406,11 @@ def test_header_edited_during_the_compile_is_never_keyed_as_the_old_one(tmp_path
     real = compiled.compile_uncached
     edits = []
 
-    def compile_while_someone_edits(req):
+    def compile_while_someone_edits(req, *args):
         if not edits:
             edits.append(1)
             write_same_size_keep_mtime(coef, "#define FACTOR 3.0f\n")
-        return real(req)
+        return real(req, *args)
     monkeypatch.setattr(compiled, "compile_uncached", compile_while_someone_edits)
     three = kjit.compile(I_SRC, arch="sm_90", options=opts)
     monkeypatch.setattr(compiled, "compile_uncached", real)

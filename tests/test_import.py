@@ -135,7 +135,7 @@ print(json.dumps([obj.cache_hit, sorted(m for m in sys.argv[1:] if m in sys.modu
 # OpenSSL through hashlib (~2.5 ms; kjit.hashing), the binary readers (~2.5 ms), the compiler
 # itself, cuda.bindings, and sqlite3's Python layer (its date adapters import datetime).
 NOT_ON_A_HIT = ["diskcache", "pickle", "numpy", "inspect", "dataclasses", "kjit.formats.elf",
-                "kjit.formats.sniff", "kjit.compiler.run", "kjit.compiler.nvrtc", "cuda.bindings",
+                "kjit.formats.sniff", "kjit.compiler.declarations", "kjit.compiler.nvrtc", "cuda.bindings",
                 "sqlite3", "datetime", "kjit.compiler.portable", "kjit.compiler.roots",
                 "kjit.compiler.observe", "kjit.compiler._observe"]
 

@@ -365,6 +365,20 @@ def test_linked_results_are_cached_by_inputs_and_options():
     assert link([a, b], arch=ARCH, backend="nvjitlink", cache=False).cache_hit is None
 
 
+def test_the_elf_structure_is_checked_to_link_not_on_a_cache_hit(monkeypatch):
+    from kjit.linker import inputs
+    a = kjit.compile(LIB, arch=ARCH, options=RDC, name="lib.cu")
+    b = kjit.compile(MAIN, arch=ARCH, options=RDC, name="main.cu")
+    assert a.kind == b.kind == "object"
+    real, checked = inputs.check_structure, []
+    monkeypatch.setattr(inputs, "check_structure",
+                        lambda code, kind: checked.append(kind) or real(code, kind))
+    assert link([a, b], arch=ARCH, backend="nvjitlink").cache_hit is False
+    assert checked == ["object", "object"]
+    assert link([a, b], arch=ARCH, backend="nvjitlink").cache_hit is True
+    assert checked == ["object", "object"]       # a hit runs no linker: nothing to check
+
+
 def test_cache_off_by_env(monkeypatch):
     monkeypatch.setenv("KJIT_CACHE", "0")
     assert link([ptx(LIB, "l.cu"), ptx(MAIN, "m.cu")], arch=ARCH).cache_hit is None

@@ -106,8 +106,8 @@ def test_edit_and_revert_during_the_compile_is_returned_not_stored(tmp_path, mon
     src, opts = '#include "a.h"\n' + KERNEL, dict(include_dirs=[str(inc)])
     real = compiled.compile_uncached
 
-    def compile_while_someone_edits(req):
-        obj = real(req)                                        # NVRTC read 1111111
+    def compile_while_someone_edits(req, *args):
+        obj = real(req, *args)                                 # NVRTC read 1111111
         header.write_text("#define VAL 2222222\n")             # edited after it read ...
         header.write_text("#define VAL 1111111\n")             # ... and put back
         return obj
@@ -130,8 +130,8 @@ def test_header_changed_between_the_read_and_the_key_is_not_stored(tmp_path, mon
     src, opts = '#include "a.h"\n' + KERNEL, dict(include_dirs=[str(inc)])
     real = compiled.compile_uncached
 
-    def compile_then_edit(req):
-        obj = real(req)
+    def compile_then_edit(req, *args):
+        obj = real(req, *args)
         time.sleep(snapshot.timestamp_granularity())
         header.write_text("#define VAL 2222222\n")
         return obj

@@ -77,8 +77,8 @@ def test_server_killed_mid_run(remote_env, tmp_path, monkeypatch):
     assert results[0][1] < TIMEOUT_S + 1.0                 # one failed try at most...
     assert max(t for _, t in results[1:]) < TIMEOUT_S      # ...then no waiting while backing off
     # nothing local was lost: a fresh process's view (a new memory layer) has every entry
-    from kjit.cache import core
-    core._caches.clear()
+    from kjit.cache import lookup as cache_lookup
+    cache_lookup._caches.clear()
     assert sorted(r["label"] for r in kjit.cache.ls()) == ["a", "b", "c", "d", "e", "f"]
     assert all(lookup(tag)[0].cache_hit is True for tag in "abcdef")
 

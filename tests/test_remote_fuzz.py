@@ -8,7 +8,7 @@ import tracemalloc
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kjit.cache import entry, remote, remote_ops, redis_guard, shared, signing
+from kjit.cache import admin, entry, redis_backend, remote, shared
 from kjit.objectcode import ObjectCode
 
 KEY = "ab" * 32
@@ -62,7 +62,7 @@ def mutated(draw) -> bytes:
     """A real (signed or unsigned) value, then cut, extended, overwritten or spliced."""
     blob = _entry(draw(st.sampled_from(["k", "kernel_with_a_longer_name"])))
     if draw(st.booleans()):
-        blob = signing.sign(SECRET, KEY, blob)
+        blob = shared.sign(SECRET, KEY, blob)
     for _ in range(draw(st.integers(0, 3))):
         op = draw(st.sampled_from(["cut", "extend", "flip", "splice"]))
         at = draw(st.integers(0, max(len(blob) - 1, 0)))
@@ -79,7 +79,7 @@ def mutated(draw) -> bytes:
 
 VALUES = st.one_of(st.binary(max_size=2048), mutated(),
                    st.builds(lambda b: shared.NO_VALUE + b, st.binary(max_size=64)),
-                   st.builds(lambda b: signing.SIG_MAGIC + b, st.binary(max_size=128)))
+                   st.builds(lambda b: shared.SIG_MAGIC + b, st.binary(max_size=128)))
 
 
 def bounded(fn, size: int):
@@ -104,17 +104,17 @@ def test_the_value_reader_never_raises_and_never_serves_an_unchecked_value(value
     if found is None or found is shared.NO_VALUE:
         return
     obj, meta = found
-    body = value[len(signing.SIG_MAGIC) + 32:] if signing.is_signed(value) else value
+    body = value[len(shared.SIG_MAGIC) + 32:] if shared.is_signed(value) else value
     assert isinstance(obj, ObjectCode) and isinstance(meta, dict)
     entry.decode_header(body, KEY)  # what was served passed every check
     if secret is not None:  # and, with a key, carried a valid signature
-        assert signing.open_value(secret, KEY, value) == body
+        assert shared.open_value(secret, KEY, value) == body
 
 
 @FAST
 @given(head=st.one_of(st.none(), VALUES), ttl=st.one_of(st.none(), st.floats(0, 1e9)))
 def test_the_listing_reader_never_raises(head, ttl):
-    row = bounded(lambda: remote_ops._row(KEY, head, ttl), len(head or b""))
+    row = bounded(lambda: admin._row(KEY, head, ttl), len(head or b""))
     if row is None:
         return
     assert row["key"] == KEY
@@ -142,12 +142,12 @@ class _Chunks:
 
 def _read_all(chunks, bulk_max: int) -> bool:
     """Whether the guard refused the stream `chunks`."""
-    guard = redis_guard.GuardedSocket(_Chunks(chunks))
-    with redis_guard.request(5.0, bulk_max=bulk_max, reply_max=1 << 30) as req:
+    guard = redis_backend.GuardedSocket(_Chunks(chunks))
+    with redis_backend.request(5.0, bulk_max=bulk_max, reply_max=1 << 30) as req:
         try:
             for _ in chunks:
                 guard.recv(4096)
-        except redis_guard.Refused:
+        except redis_backend.Refused:
             assert req.refused
             return True
     return False
@@ -209,7 +209,7 @@ def fake_server():
     st.builds(lambda n, b: b"$%d\r\n" % n + b, st.integers(-3, 1 << 40), st.binary(max_size=64))))
 def test_any_reply_to_get_is_a_value_or_a_tier_error(fake_server, reply):
     pytest.importorskip("redis")
-    from kjit.cache.redis_tier import RedisTier
+    from kjit.cache.redis_backend import RedisTier
     fake_server.state["reply"] = reply
     tier = RedisTier(fake_server.url, prefix="kjit:1:", timeout_s=0.1, max_value=1024)
     try:

@@ -53,8 +53,8 @@ def test_records_are_cache_entries_that_survive_a_damaged_one(monkeypatch):
     """A damaged record is a miss for that configuration only: it is timed again."""
     make(CONFIGS[:2], FakeTimer()).tune(None, 2.0, 64)
     entries = store.entries()
-    from kjit.cache import core
-    c = core.current()
+    from kjit.cache import lookup
+    c = lookup.current()
     victim = entries[0]["entry"]
     row = c.disk.tables()[0].sql("SELECT rowid FROM Cache WHERE key = ?", (victim,)).fetchone()
     assert row is not None

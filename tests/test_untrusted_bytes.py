@@ -257,7 +257,7 @@ def test_mutated_cache_entries(seeds):
 
 def test_mutated_export_zips(seeds, tmp_path_factory):
     from kjit.cache import archive
-    from kjit.cache.store import DiskStore
+    from kjit.cache.disk import DiskStore
     obj = ObjectCode(seeds["ptx"], kind="ptx")
     key = "ab" * 32
     buf = io.BytesIO()

@@ -10,25 +10,23 @@ configure_remote(url); ls_remote(), stats_remote(), clear_remote(), push().
 """
 from __future__ import annotations
 
-from .core import digest, enabled_by_env, get_or_create
+from .disk import CacheWarning
 from .entry import CorruptEntry
 from .events import CacheEvent, add_listener, remove_listener
-from .key import KEY_ENV_VARS, SCHEMA_VERSION, key_hash
-from .store import CacheWarning, cache_dir
+from .key import KEY_ENV_VARS, SCHEMA_VERSION, digest, key_hash
+from .lookup import enabled_by_env, get_or_create
+from ..locations import cache_dir
 
 # The user-facing operations load on first use: a compile's disk hit needs none of them.
-_OPS = {"clear", "export", "import_", "import_from", "ls", "path", "prune", "show", "stats", "verify"}
-_REMOTE_OPS = {"ls_remote", "stats_remote", "clear_remote", "push"}
+_ADMIN = {"clear", "export", "import_", "import_from", "ls", "path", "prune", "show", "stats", "verify",
+          "ls_remote", "stats_remote", "clear_remote", "push"}
 
 
 def __getattr__(name: str):
-    if name in _OPS:
-        from . import ops
+    if name in _ADMIN:
+        from . import admin
         # import_from: a readable alias, kjit.cache.import_from("cluster-cache.zip")
-        return getattr(ops, "import_" if name == "import_from" else name)
-    if name in _REMOTE_OPS:
-        from . import remote_ops
-        return getattr(remote_ops, name)
+        return getattr(admin, "import_" if name == "import_from" else name)
     if name == "configure_remote":
         from .remote import configure
         return configure

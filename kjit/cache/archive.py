@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from . import entry as entry_mod
-from .store import Unavailable
+from .disk import Unavailable
 from ..errors import InvalidOptionError, KjitError
 
 EXPORT_FORMAT = "kjit-cache-export/1"

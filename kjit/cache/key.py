@@ -51,3 +51,12 @@ def env_fingerprint(backend: str) -> dict[str, str]:
     """The environment variables that can change `backend`'s output and are set."""
     env = os.environ
     return {name: env[name] for name in KEY_ENV_VARS.get(backend, ()) if name in env}
+
+
+def digest(obj: Any) -> str:
+    """sha256 hex over an ObjectCode's kind, arch and code: identifies a link input by content."""
+    import hashlib  # any size, many times: OpenSSL's
+    h = hashlib.sha256()
+    h.update(f"{obj.kind}\0{obj.arch or ''}\0".encode())
+    h.update(obj.code)
+    return h.hexdigest()

@@ -14,7 +14,7 @@ import json
 import sqlite3
 from typing import Any
 
-from .index import Table
+from .tables import Table
 
 NUMERIC_SORTS = ("created", "last_used", "size", "hits")
 _BY_NUMBER_ROW = {"last_used": "used:", "hits": "hits:", "size": "size:"}

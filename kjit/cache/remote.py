@@ -1,8 +1,9 @@
 """The shared (remote) tier behind the local disk cache: its interface and its configuration.
 
-A tier is anything with get / put / lease / watch / stats (RemoteTier); Redis is the one kjit
-ships (kjit.cache.redis_tier). kjit.cache.shared holds the logic between the cache and a tier
-(signing, leases, faults and counters) and opens the configured one (shared.active()).
+A backend stores bytes by key (`get`, `put`) and hands out compile leases (`lease`); it may
+wake waiters when a value arrives (`watch`, else they poll). Redis is the one kjit ships
+(kjit.cache.redis_backend). kjit.cache.shared holds the logic between the cache and a
+backend (signing, leases, faults and counters) and opens the configured one (shared.active()).
 
 Turned on by KJIT_REMOTE_CACHE=redis://[user:pass@]host:port/db (rediss:// for TLS) or by
 configure(url, ...), which sets the same variables so that child processes (kjit build's
@@ -15,10 +16,12 @@ import os
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+import time
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from .key import SCHEMA_VERSION
+from .settings import SettingError, parse_duration, parse_size, switch
 
 ENV_URL = "KJIT_REMOTE_CACHE"
 ENV_KEY = "KJIT_REMOTE_CACHE_KEY"              # HMAC-SHA256 secret (text)
@@ -44,7 +47,6 @@ _URL_FORM = ("a Redis URL: redis://[user:password@]host:port/db, rediss://... fo
 _MAX_S = {"ttl_s": 10 * 365 * 86400.0, "timeout_s": 3600.0, "backoff_s": 86400.0,
           "lease_s": 86400.0, "wait_s": 7 * 86400.0}
 _MAX_VALUE = 1 << 40
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
 class TierError(Exception):
@@ -85,7 +87,9 @@ class Watch(ABC):
 
 class RemoteTier(ABC):
     """Bytes by cache key (64 hex digits) on a shared server. Every method raises TierError
-    (TierFull for writes) when the server cannot be used; kjit.cache.shared handles faults."""
+    (TierFull for writes) when the server cannot be used; kjit.cache.shared handles faults.
+    `kjit cache ls/stats/clear --remote` also ask a backend for keys(), peek(keys, size),
+    sizes(keys), delete(keys), clear() and stats() (kjit.cache.redis_backend has them)."""
 
     url: str  # for messages; without a password
 
@@ -103,9 +107,10 @@ class RemoteTier(ABC):
     def lease(self, key: str, ttl_s: float) -> Lease | None:
         """Take the compile lease for `key` if nobody holds it, else None."""
 
-    @abstractmethod
     def watch(self, key: str) -> Watch:
-        """Subscribe to publications under `key` (in place once this returns)."""
+        """Subscribe to publications under `key` (in place once this returns); without
+        notifications, a waiter polls."""
+        return PollingWatch()
 
     def lease_ttl(self, key: str) -> float | None:
         """Seconds left on the lease for `key` (0 when none is held), None when it never
@@ -116,54 +121,26 @@ class RemoteTier(ABC):
         """Give a lease without expiry one of ttl_s (never shortens a live lease's)."""
         return False
 
-    @abstractmethod
-    def stats(self) -> dict[str, Any]:
-        """Server facts: version, memory used and allowed, eviction policy, evictions."""
-
-    # --- maintenance (kjit cache ls/stats/clear --remote, push) -------------------------------
-    @abstractmethod
-    def keys(self) -> Iterator[str]:
-        """Every cache key stored under this tier's prefix."""
-
-    @abstractmethod
-    def peek(self, keys: list[str], size: int) -> list[tuple[bytes | None, float | None]]:
-        """(first `size` bytes of the value, seconds left to live or None) per key."""
-
-    @abstractmethod
-    def sizes(self, keys: list[str]) -> list[int]:
-        """Bytes stored per key (0 when gone)."""
-
-    @abstractmethod
-    def delete(self, keys: Iterable[str]) -> int:
-        """Remove these keys' values and leases; how many values were removed."""
-
-    def clear(self) -> int:
-        """Remove everything under the prefix (delete() of every key); how many values."""
-        return self.delete(list(self.keys()))
-
     def close(self) -> None:
         """Drop connections (a test or a reconfiguration)."""
 
 
-def parse_duration(text: str | float, name: str, most: float = 7 * 86400.0) -> float:
-    """store.parse_duration, with InvalidOptionError naming the setting `name`; at most `most`
-    seconds."""
-    from .store import parse_duration as parse
-    try:
-        value = parse(text)
-    except (ValueError, OverflowError) as exc:
-        raise _bad(name, text, "a duration of zero or more, such as 500ms, 2s, 15m, 12h, 7d") from exc
-    if not value <= most:  # also NaN and inf
-        _bad(name, text, f"a duration of at most {_human_s(most)}")
-    return value
+class PollingWatch(Watch):
+    """No notifications: wait a little longer each time, and look again."""
 
+    def __init__(self) -> None:
+        self.delay = 0.02
 
-def _human_s(s: float) -> str:
-    return f"{s / 86400:g}d" if s >= 86400 else f"{s / 3600:g}h" if s >= 3600 else f"{s:g}s"
+    def wait(self, timeout_s: float) -> bool:
+        time.sleep(max(min(self.delay, timeout_s), 0.0))
+        self.delay = min(self.delay * 1.5, 0.5)
+        return False
+
+    def close(self) -> None:
+        pass
 
 
 def _bad(name: str, value: Any, wanted: str):
-    from .settings import SettingError   # a bad KJIT_* setting: the CLI's usage error (exit 2)
     raise SettingError(f"{name}={value!r} is not {wanted}")
 
 
@@ -257,8 +234,8 @@ class RemoteConfig:
             return None
         check_url(url)
         secret = _secret(env)
-        unsigned = (env.get(ENV_UNSIGNED) or "").strip().lower()
-        if unsigned not in _TRUE + _FALSE:
+        unsigned = switch(env.get(ENV_UNSIGNED), False)
+        if unsigned is None:
             _bad(ENV_UNSIGNED, env[ENV_UNSIGNED], "1 (trust the server without a signing key) or 0")
         prefix = env.get(ENV_PREFIX) or DEFAULT_PREFIX
         if not _PREFIX_RE.fullmatch(prefix):
@@ -269,7 +246,6 @@ class RemoteConfig:
             if env.get(var):
                 kw[field] = parse_duration(env[var], var, _MAX_S[field])
         if env.get(ENV_MAX_VALUE):
-            from .store import parse_size
             try:
                 kw["max_value"] = parse_size(env[ENV_MAX_VALUE])
             except (ValueError, OverflowError):
@@ -278,7 +254,7 @@ class RemoteConfig:
                 _bad(ENV_MAX_VALUE, env[ENV_MAX_VALUE], "a size of at most 1T")
         if kw.get("timeout_s") == 0 or kw.get("lease_s") == 0:
             _bad(ENV_TIMEOUT if kw.get("timeout_s") == 0 else ENV_LEASE, 0, "a duration above zero")
-        return cls(url=url, secret=secret, prefix=prefix, unsigned_ok=unsigned in _TRUE, **kw)
+        return cls(url=url, secret=secret, prefix=prefix, unsigned_ok=unsigned, **kw)
 
 
 def configure(url: str | None, *, key: str | bytes | None = None, prefix: str | None = None,

@@ -40,14 +40,23 @@ def parse_size(text: str | int) -> int:
 
 
 # Switches: KJIT_CACHE, KJIT_CACHE_SAVE_SOURCE, KJIT_HEADER_WATCH (kjit.compiler.watch),
-# KJIT_OBSERVE (kjit.compiler.observe).
+# KJIT_OBSERVE (kjit.compiler.observe). Every KJIT_* switch is read through switch() or switch_on().
 ON, OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _SWITCHES = ("KJIT_CACHE", "KJIT_CACHE_SAVE_SOURCE", "KJIT_HEADER_WATCH", "KJIT_OBSERVE")
 
 
+def switch(text: str | None, default: bool) -> bool | None:
+    """A switch's value as written: `default` when unset or blank, None when it is neither
+    on (1, true, yes, on) nor off (0, false, no, off)."""
+    value = (text or "").strip().lower()
+    if not value:
+        return default
+    return True if value in ON else False if value in OFF else None
+
+
 def switch_on(name: str) -> bool:
     """A switch that is on unless set to 0, false, no or off (check_settings rejects others)."""
-    return os.environ.get(name, "1").strip().lower() not in OFF
+    return switch(os.environ.get(name), True) is not False
 
 
 def check_settings() -> None:
@@ -76,21 +85,34 @@ def env_size(name: str, default: int) -> int:
 _SECONDS = {"ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def parse_duration(text: str | float) -> float:
+def parse_duration(text: str | float, name: str | None = None, most: float | None = None) -> float:
     """'500ms', '90s', '30m', '12h', '7d', '2w' (or seconds) -> seconds; ValueError names the
-    accepted forms."""
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*", str(text).lower())
-        if not m:
-            raise ValueError(f"{text!r} is not a duration: use e.g. 500ms, 90s, 30m, 12h, 7d, 2w")
-        value = float(m.group(1)) * _SECONDS[m.group(2) or "s"]
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"{text!r} is not a finite duration")
-    if value < 0:
-        raise ValueError(f"{text!r} is not a duration of zero or more")
+    accepted forms. With `name` (the setting it comes from), a SettingError naming it
+    instead, and at most `most` seconds."""
+    try:
+        if isinstance(text, (int, float)):
+            value = float(text)
+        else:
+            m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*", str(text).lower())
+            if not m:
+                raise ValueError(f"{text!r} is not a duration: use e.g. 500ms, 90s, 30m, 12h, 7d, 2w")
+            value = float(m.group(1)) * _SECONDS[m.group(2) or "s"]
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{text!r} is not a finite duration")
+        if value < 0:
+            raise ValueError(f"{text!r} is not a duration of zero or more")
+    except (ValueError, OverflowError):
+        if name is None:
+            raise
+        raise SettingError(f"{name}={text!r} is not a duration of zero or more, such as 500ms, "
+                           "2s, 15m, 12h, 7d") from None
+    if most is not None and not value <= most:
+        raise SettingError(f"{name}={text!r} is not a duration of at most {_human_s(most)}")
     return value
+
+
+def _human_s(s: float) -> str:
+    return f"{s / 86400:g}d" if s >= 86400 else f"{s / 3600:g}h" if s >= 3600 else f"{s:g}s"
 
 
 def size_limit() -> int:

@@ -1,7 +1,11 @@
 """Between the cache and a shared tier: checked values, cluster-wide leases, and faults.
 
-- A value is used only if its signature (when a key is set) and its entry checksum hold;
-  anything else is a counted miss, never an error or a wrong binary.
+- A value is the disk entry's bytes (kjit.cache.entry), signed when a key is set: every node
+  can write to a shared server, and a cubin read from it runs on every GPU. Signed, it is
+  SIG_MAGIC (8) | HMAC-SHA256(secret, context + key + entry) (32) | entry; the cache key is
+  inside the MAC, so a validly signed value cannot be replayed under another key. A value is
+  used only if its signature (when a key is set) and its entry checksum hold; anything else
+  is a counted miss, never an error or a wrong binary.
 - After a local miss the first process in the cluster takes a lease and compiles; the others
   block on a subscription to the key until it publishes (checking the lease every
   RECHECK_S), and compile themselves if the lease lapses (its holder died) or after
@@ -11,6 +15,8 @@
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import threading
 import time
@@ -18,10 +24,10 @@ import warnings
 from collections import Counter
 from typing import NamedTuple
 
-from . import entry, signing
+from . import entry
 from .remote import (ENV_LEASE, ENV_URL, ENV_VARS, Lease, RemoteConfig, RemoteTier, TierError,
                      TierFull, ValueTooLarge)
-from .store import CacheWarning
+from .disk import CacheWarning
 from ..objectcode import ObjectCode
 
 # A "no value" marker under a key tells waiters to stop waiting and compile themselves: the
@@ -41,6 +47,50 @@ LEASE_PLAUSIBLE_MIN_S = 120.0
 COUNTERS = ("hits", "misses", "errors", "refused", "corrupt", "too_large", "skipped", "puts",
             "bad_leases")
 _pending: Counter = Counter()
+
+
+# --- signed values ------------------------------------------------------------------------------
+SIG_MAGIC = b"KJITSIG1"
+_CONTEXT = b"kjit-remote-value-v1\0"
+_MAC_SIZE = 32
+
+
+class Refused(Exception):
+    """A value without a valid signature where one is required; the message says which."""
+
+
+def _mac(secret: bytes, key: str, blob: bytes | memoryview) -> bytes:
+    h = hmac.new(secret, _CONTEXT, hashlib.sha256)
+    h.update(key.encode() + b"\0")
+    h.update(blob)
+    return h.digest()
+
+
+def sign(secret: bytes | None, key: str, blob: bytes) -> bytes:
+    """The value to store for entry bytes `blob` under cache key `key`."""
+    if secret is None:
+        return blob
+    return SIG_MAGIC + _mac(secret, key, blob) + blob
+
+
+def is_signed(value: bytes) -> bool:
+    return value[:len(SIG_MAGIC)] == SIG_MAGIC
+
+
+def open_value(secret: bytes | None, key: str, value: bytes) -> bytes:
+    """The entry bytes inside a stored value; Refused if `secret` is set and the value is not
+    signed with it. Without a secret a signed value's MAC cannot be checked: its entry
+    bytes are returned, still to be checksummed by kjit.cache.entry."""
+    signed = is_signed(value)
+    if secret is None:
+        return value[len(SIG_MAGIC) + _MAC_SIZE:] if signed else value
+    if not signed:
+        raise Refused("value is not signed (written by a node without KJIT_REMOTE_CACHE_KEY?)")
+    start = len(SIG_MAGIC) + _MAC_SIZE
+    body = memoryview(value)[start:]
+    if not hmac.compare_digest(value[len(SIG_MAGIC):start], _mac(secret, key, body)):
+        raise Refused("signature does not match (another key, or the value was altered)")
+    return bytes(body)
 
 
 class Claim(NamedTuple):
@@ -120,7 +170,7 @@ class SharedTier:
         except Exception:
             pass
 
-    # --- small records beside the values (kjit.cache.peek, compiler/portable) ----------------
+    # --- small records beside the values (lookup.peek, compiler/portable) ----------------
     def fetch(self, k: str) -> tuple[ObjectCode, dict] | None:
         """The checked entry under k, or None, without a claim or lease; a server fault backs
         the tier off as for any request."""
@@ -140,10 +190,10 @@ class SharedTier:
         try:
             value = self.backend.get(k, self.config.ttl_s)
             self._ok()
-            return None if value is None else signing.open_value(self.config.secret, k, value)
+            return None if value is None else open_value(self.config.secret, k, value)
         except TierError as exc:
             self._fault(exc)
-        except (signing.Refused, TypeError, ValueError):
+        except (Refused, TypeError, ValueError):
             self._count("refused")
         return None
 
@@ -152,7 +202,7 @@ class SharedTier:
         if not self.usable():
             return
         try:
-            self.backend.put(k, signing.sign(self.config.secret, k, blob), self.config.ttl_s)
+            self.backend.put(k, sign(self.config.secret, k, blob), self.config.ttl_s)
             self._ok()
         except TierError as exc:
             self._fault(exc)
@@ -170,10 +220,10 @@ class SharedTier:
                 raise TierError(f"the tier answered with a {type(value).__name__}, not bytes")
             if value.startswith(NO_VALUE):
                 return NO_VALUE
-            return entry.decode(signing.open_value(self.config.secret, k, value), k)
+            return entry.decode(open_value(self.config.secret, k, value), k)
         except ValueTooLarge as exc:
             what, why = "too_large", f"{exc}; raise KJIT_REMOTE_CACHE_MAX_VALUE to use such values"
-        except signing.Refused as exc:
+        except Refused as exc:
             what, why = "refused", str(exc)
         except entry.CorruptEntry as exc:
             what, why = "corrupt", str(exc)
@@ -285,7 +335,7 @@ class SharedTier:
             self._count("skipped")
             return None
         try:
-            stored = self.backend.put(k, signing.sign(self.config.secret, k, blob), self.config.ttl_s,
+            stored = self.backend.put(k, sign(self.config.secret, k, blob), self.config.ttl_s,
                                       overwrite=overwrite)
         except TierFull as exc:
             self._full(exc)
@@ -315,7 +365,7 @@ class SharedTier:
 def open_tier(config: RemoteConfig) -> RemoteTier:
     """The RemoteTier for config.url (imports its client library now)."""
     try:
-        from .redis_tier import RedisTier
+        from .redis_backend import RedisTier
     except ImportError as exc:
         from ..errors import KjitError
         raise KjitError(f"{ENV_URL} is set but the Redis client is not installed ({exc}): "
@@ -356,7 +406,7 @@ def flush_counts(store) -> None:
         return
     counts = dict(_pending)
     _pending.clear()
-    store = getattr(store, "top", store)  # layers.Layered: its writable directory
+    store = getattr(store, "top", store)  # readonly.Layered: its writable directory
     if store is None or getattr(store, "read_only", False):
         return
     try:

@@ -142,9 +142,9 @@ def clear_cmd(yes: bool, remote: bool, as_json: bool) -> None:
         return cache_remote.clear(yes, as_json)
     if not (yes or as_json):
         click.confirm(f"Remove every entry in {_api().path()}?", abort=True)
-    from ..cache import ops
+    from ..cache import admin
     try:
-        r = ops.clear_report()
+        r = admin.clear_report()
     except KjitError as exc:
         raise fail(exc)
 
@@ -163,8 +163,8 @@ def clear_cmd(yes: bool, remote: bool, as_json: bool) -> None:
 def prune_cmd(max_size, older_than, as_json: bool) -> None:
     """Remove old entries and/or shrink the cache to a size (on a full disk too)."""
     with usage_errors():
-        from ..cache.ops import prune_limits
-        prune_limits(max_size, older_than)
+        from ..cache.pruning import limits
+        limits(max_size, older_than)
     try:
         r = _api().prune(max_size=max_size, older_than=older_than)
     except KjitError as exc:

@@ -9,8 +9,8 @@ from ..errors import KjitError
 
 
 def _ops():
-    from ..cache import remote_ops
-    return remote_ops
+    from ..cache import admin
+    return admin
 
 
 _UNSIGNED = ("NO: set KJIT_REMOTE_CACHE_KEY_FILE to sign (trusted unsigned: "

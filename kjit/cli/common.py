@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator
 import click
 
 from ..errors import InvalidOptionError, KjitError
-from .failures import CommandFailed, warnings_seen
+from .failures import CommandFailed, with_warnings
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
@@ -27,9 +27,7 @@ def emit(data: Any, as_json: bool, text: Callable[[Any], str], *, err: bool = Fa
     when the command's output bytes go to stdout). With --json, an object gains the
     command's warnings as "warnings" (a list; also on stderr)."""
     if as_json:
-        if isinstance(data, dict) and warnings_seen():
-            data = {**data, "warnings": warnings_seen()}
-        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+        click.echo(json.dumps(with_warnings(data), indent=2, sort_keys=True, default=str))
     else:
         click.echo(text(data), err=err)
 

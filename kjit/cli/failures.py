@@ -34,8 +34,11 @@ class CommandFailed(click.ClickException):
 _seen: list[str] = []   # this command's warnings, for its --json object
 
 
-def warnings_seen() -> list[str]:
-    return list(_seen)
+def with_warnings(data: Any) -> Any:
+    """A --json object with the command's warnings added as "warnings" (a list), if any."""
+    if isinstance(data, dict) and _seen:
+        return {**data, "warnings": list(_seen)}
+    return data
 
 
 @contextlib.contextmanager
@@ -88,7 +91,7 @@ def describe(exc: BaseException) -> tuple[str, str, int, dict[str, Any]]:
 
 
 def _bad_setting(exc: KjitError) -> bool:
-    from ..cache.store import SettingError
+    from ..cache.settings import SettingError
     return isinstance(exc, SettingError)
 
 
@@ -100,10 +103,7 @@ def report(exc: BaseException, as_json: bool) -> int:
         message += " (an internal error in kjit: please report it with the traceback above)"
     if as_json:
         error = {"type": kind, "message": message, "exit_code": code, **extra}
-        out: dict[str, Any] = {"error": error}
-        if warnings_seen():
-            out["warnings"] = warnings_seen()
-        _echo(json.dumps(out, indent=2, sort_keys=True, default=str))
+        _echo(json.dumps(with_warnings({"error": error}), indent=2, sort_keys=True, default=str))
     elif isinstance(exc, click.ClickException) and not isinstance(exc, CommandFailed):
         exc.show()
     else:  # an interrupt too: one line, no "Aborted!", no traceback

@@ -50,7 +50,7 @@ def gather() -> dict:
     except Exception as exc:
         info["driver_error"] = str(exc).splitlines()[0]
     try:
-        from ..cache.store import cache_dir
+        from ..locations import cache_dir
         info["cache_dir"] = str(cache_dir())
     except Exception:
         info["cache_dir"] = None

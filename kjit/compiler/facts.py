@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from ..cache.settings import switch_on
 from ..locations import cache_dir, package_version
 
 FILE_NAME = "nvrtc-facts.json"
@@ -38,7 +38,7 @@ def _wheel() -> str | None:
 
 
 def _path() -> Path | None:
-    if os.environ.get("KJIT_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not switch_on("KJIT_CACHE"):
         return None
     try:
         from ..cache.trust import trusted

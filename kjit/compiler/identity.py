@@ -6,6 +6,15 @@ import functools
 from ..locations import package_version
 
 
+def compiler_version(backend: str) -> str:
+    """The compiler and its API version, for a result's metadata ("nvrtc 13.0")."""
+    if backend == "hip":
+        from . import hiprtc
+        return "hiprtc " + hiprtc.version_string()
+    from . import nvrtc
+    return "nvrtc " + ".".join(map(str, nvrtc.version()))
+
+
 @functools.lru_cache(maxsize=None)
 def compiler_identity(backend: str) -> str:
     """The compiler as precisely as we can name it: API version plus the wheel's full version,

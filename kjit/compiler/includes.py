@@ -141,10 +141,6 @@ class Resolution:
     def key(self) -> dict[str, list]:
         return {"headers": [list(d) for d in self.deps], "missing": list(self.missing)}
 
-    def still_valid(self) -> bool:
-        """True if nothing it depends on changed (Snapshot.check)."""
-        return self.snapshot.check()
-
 
 def pre_includes(extra: Sequence[str]) -> list[str]:
     return [flag.split("=", 1)[1] for flag in extra if flag.startswith(_PRE_INCLUDE_FLAGS)]

@@ -12,7 +12,6 @@ CUDA_STDS = ("c++03", "c++11", "c++14", "c++17", "c++20")
 HIP_STDS = ("c++11", "c++14", "c++17", "c++20")
 TARGETS = ("ptx", "cubin", "ltoir")
 _MACRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-HIP_TARGETS = ("hsaco",)
 
 # Flags that kjit sets itself from other arguments; passing them through `extra` would make
 # the result disagree with what kjit records about it.

@@ -78,7 +78,7 @@ def _local(h: str) -> dict[str, Any] | None:
 
 
 def _tier() -> Any:
-    from ..cache.core import _tier as tier   # None unless KJIT_REMOTE_CACHE is set
+    from ..cache.lookup import _tier as tier   # None unless KJIT_REMOTE_CACHE is set
     return tier()
 
 

@@ -12,7 +12,8 @@ header that shadows a later one, a deleted header brought back) fails the check;
 unrelated new file does not.
 
 ctime is the field that cannot be set back: `os.utime` restores mtime after an in-place
-rewrite, but the kernel sets ctime to now, so the rewrite is seen (issue 16, item 6).
+rewrite, but the kernel sets ctime to now, so a same-size rewrite with its mtime put back
+is still seen.
 """
 from __future__ import annotations
 

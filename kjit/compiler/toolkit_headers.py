@@ -23,6 +23,7 @@ import re
 import sys
 from typing import Any
 
+from ..cache.settings import switch_on
 from ..hashing import sha256
 from ..locations import installed, package_version  # noqa: F401  (installed: for kjit info and tests)
 from .facts import NVRTC_WHEELS
@@ -57,7 +58,7 @@ def _identity() -> str:
 
 
 def _record_path():
-    if os.environ.get("KJIT_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not switch_on("KJIT_CACHE"):
         return None
     try:
         from ..cache.trust import trusted

@@ -32,6 +32,8 @@ import sys
 import threading
 from typing import Any
 
+from ..cache.settings import switch_on
+
 ENV = "KJIT_HEADER_WATCH"
 MAX_WATCHES = 16384
 
@@ -159,7 +161,7 @@ def _inotify() -> _Inotify | None:
     if ino is not None:  # a forked child shares the parent's queue: events would be split
         _state["inotify"] = None
     if _state["failed"] or not sys.platform.startswith("linux") \
-            or os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+            or not switch_on(ENV):
         return None
     try:
         ino = _state["inotify"] = _Inotify(_libc())

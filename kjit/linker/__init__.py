@@ -13,10 +13,11 @@ from typing import Any, Iterable
 
 from .. import arch as arch_mod
 from ..errors import InvalidOptionError, LinkError
+from ..formats.elf import ElfFormatError
 from ..objectcode import ObjectCode
 from . import devrt
 from .choice import BACKENDS, Choice, choose_backend
-from .inputs import InputLike, LinkInput, normalize
+from .inputs import InputLike, LinkInput, check_inputs, normalize
 from .options import LinkOptions
 
 __all__ = ["link", "ptx_to_cubin", "LinkOptions", "LinkResult", "BACKENDS", "LinkInput"]
@@ -76,7 +77,7 @@ def link(inputs: Iterable[InputLike] | InputLike, *, arch: str | None = None,
         raise InvalidOptionError("options must be a kjit.LinkOptions")
     if backend not in BACKENDS:
         raise InvalidOptionError(f"backend={backend!r} is not one of {', '.join(BACKENDS)}")
-    items = normalize(inputs)
+    items = normalize(inputs, check=False)  # the structure is checked only to link (create)
     kinds = {i.kind for i in items}
     lto = bool(lto) or "ltoir" in kinds
     if options.fast_math and not lto:
@@ -84,14 +85,18 @@ def link(inputs: Iterable[InputLike] | InputLike, *, arch: str | None = None,
 
     gpu, driver_version = _machine() if backend != "nvjitlink" or arch is None else (False, None)
     target = _target_arch(arch, items, gpu)
-    needed_for = _devrt_needed(items, options)
-    add_devrt = bool(needed_for) or options.device_runtime is True
-    choice = choose_backend(
-        backend, kinds=kinds, ptx_versions=[v for i in items if (v := i.ptx_version)],
-        cubin_versions=[v for i in items if (v := i.toolkit_version)], lto=lto,
-        gpu_present=gpu, driver_version=driver_version,
-        nvjitlink_only_options=bool(options.extra), device_runtime=add_devrt,
-        arch_specific=bool(target.suffix))
+    try:   # reads the inputs' symbols and notes
+        needed_for = _devrt_needed(items, options)
+        add_devrt = bool(needed_for) or options.device_runtime is True
+        choice = choose_backend(
+            backend, kinds=kinds, ptx_versions=[v for i in items if (v := i.ptx_version)],
+            cubin_versions=[v for i in items if (v := i.toolkit_version)], lto=lto,
+            gpu_present=gpu, driver_version=driver_version,
+            nvjitlink_only_options=bool(options.extra), device_runtime=add_devrt,
+            arch_specific=bool(target.suffix))
+    except ElfFormatError:
+        check_inputs(items)   # a damaged input: named as the structure check names it
+        raise
     libraries: list[Path] = []
     if add_devrt:
         libraries.append(devrt.require(_linker_major(choice.backend, driver_version),
@@ -115,6 +120,7 @@ def link(inputs: Iterable[InputLike] | InputLike, *, arch: str | None = None,
     names = [i.name for i in items]
 
     def create() -> ObjectCode:
+        check_inputs(items)   # what would crash a linker, refused before one runs
         return _run(items, target, choice, options, lto, libraries, backend == "auto",
                     may_need_devrt=needed_for is None and not add_devrt)
 

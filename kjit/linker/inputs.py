@@ -36,6 +36,7 @@ class LinkInput:
     arch: str | None = None
     path: Path | None = None      # linked from this file (cuLinkAddFile / nvJitLinkAddFile)
     symbols: Mapping[str, str] = field(default_factory=dict)
+    label: str = ""               # how errors name it: "#0 (kernel.cu)", "#1 (bytes)", its path
 
     def external_references(self) -> set[str] | None:
         """Symbols this input uses but leaves to others (None where the bytes cannot tell)."""
@@ -114,34 +115,47 @@ def _digest_bytes(kind: str, code: bytes) -> str:
     return h.hexdigest()
 
 
-def _from_object(obj: ObjectCode, path: Path | None, label: str) -> dict[str, Any]:
+def check_inputs(items: Iterable["LinkInput"]) -> None:
+    """check_structure for every input, naming the one that fails (before linking them)."""
+    for i in items:
+        try:
+            check_structure(i.code, i.kind)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"link input {i.label or i.name}: {exc}") from None
+
+
+def _from_object(obj: ObjectCode, path: Path | None, label: str, check: bool) -> dict[str, Any]:
     from ..cache import digest
     if obj.kind not in LINKABLE:
         raise InvalidOptionError(
             f"link input {label} is {obj.kind!r} (AMD code): the CUDA linkers take PTX, cubin, "
             "fatbin, LTO-IR, host objects and archives")
-    try:
-        check_structure(obj.code, obj.kind)
-    except InvalidOptionError as exc:
-        raise InvalidOptionError(f"link input {label}: {exc}") from None
+    if check:
+        try:
+            check_structure(obj.code, obj.kind)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"link input {label}: {exc}") from None
     # Key on what the bytes say (arch=None re-derives it): a PTX file read from disk and the
     # same PTX fresh from kjit.compile are one input.
     return dict(code=obj.code, kind=obj.kind, digest=digest(obj.with_(arch=None)), arch=obj.arch, path=path,
-                symbols=dict(obj.symbols), base=obj.name)
+                symbols=dict(obj.symbols), base=obj.name, label=label)
 
 
-def _one(item: Any, index: int) -> dict[str, Any]:
+def _one(item: Any, index: int, check: bool) -> dict[str, Any]:
     label = f"#{index}"
     if isinstance(item, ObjectCode):
-        return _from_object(item, None, f"{label} ({item.name})")
+        return _from_object(item, None, f"{label} ({item.name})", check)
     if isinstance(item, (bytes, bytearray, memoryview)):
         code = bytes(item)
         try:
             if _host_object(code):
-                check_structure(code, "hostobject")
+                if check:
+                    check_structure(code, "hostobject")
                 return dict(code=code, kind="hostobject", digest=_digest_bytes("hostobject", code),
-                            base=f"input{index}")
-            return _from_object(ObjectCode(code, name=f"input{index}"), None, label)
+                            base=f"input{index}", label=f"{label} (bytes)")
+            found = _from_object(ObjectCode(code, name=f"input{index}"), None, label, check)
+            found["label"] = f"{label} (bytes)"
+            return found
         except InvalidOptionError as exc:
             raise InvalidOptionError(f"link input {label} (bytes): {exc}") from None
     if isinstance(item, str) and ("\n" in item or ".version" in item):
@@ -155,13 +169,14 @@ def _one(item: Any, index: int) -> dict[str, Any]:
         code = path.read_bytes()
         try:
             if _host_object(code):
-                check_structure(code, "hostobject")
+                if check:
+                    check_structure(code, "hostobject")
                 return dict(code=code, kind="hostobject", digest=_digest_bytes("hostobject", code),
-                            path=path, base=path.name)
+                            path=path, base=path.name, label=str(path))
             obj = ObjectCode.from_file(path)
         except InvalidOptionError as exc:
             raise InvalidOptionError(f"link input {path}: {exc}") from None
-        found = _from_object(obj, path, str(path))
+        found = _from_object(obj, path, str(path), check)
         found["base"] = str(path)
         return found
     raise InvalidOptionError(
@@ -179,11 +194,13 @@ def _display_name(base: str, kind: str) -> str:
     return p.stem + _SUFFIX[kind] if p.suffix in (".cu", ".hip", ".cpp", ".cuh") else base + _SUFFIX[kind]
 
 
-def normalize(inputs: Iterable[InputLike]) -> list[LinkInput]:
-    """LinkInputs with unique names; InvalidOptionError names the input that is wrong."""
+def normalize(inputs: Iterable[InputLike], *, check: bool = True) -> list[LinkInput]:
+    """LinkInputs with unique names; InvalidOptionError names the input that is wrong.
+    check=False leaves the structure check (check_structure) to check_inputs: link() runs
+    it only when it links, not on a cache hit."""
     if isinstance(inputs, (str, bytes, os.PathLike, ObjectCode)):
         inputs = [inputs]
-    raw = [_one(item, i) for i, item in enumerate(inputs)]
+    raw = [_one(item, i, check) for i, item in enumerate(inputs)]
     if not raw:
         raise InvalidOptionError("nothing to link: give at least one input")
     names = [_display_name(r.pop("base"), r["kind"]) for r in raw]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from ..cache import core, key_hash
+from ..cache import key_hash, lookup
 from ..cache.entry import CorruptEntry
-from ..cache.peek import peek as peek_entry
+from ..cache.lookup import peek as peek_entry
 from ..objectcode import ObjectCode
 
 NAMESPACE = "autotune"
@@ -66,7 +66,7 @@ def get_or_measure(k: dict[str, Any], label: str, measure: Callable[[], dict[str
                           arch=None, name=label)
 
     meta = {"autotune": {k2: k[k2] for k2 in ("kernel", "device", "key", "config")}}
-    obj = core.get_or_create(NAMESPACE, k, create, label=LABEL_PREFIX + label, meta=meta)
+    obj = lookup.get_or_create(NAMESPACE, k, create, label=LABEL_PREFIX + label, meta=meta)
     rec = _decode(obj)
     if rec is None:
         raise RuntimeError(f"the cache returned an unreadable tuning record for {label}")
@@ -77,9 +77,9 @@ def get_or_measure(k: dict[str, Any], label: str, measure: Callable[[], dict[str
 def entries(kernel: str | None = None) -> list[dict[str, Any]]:
     """Every tuning record on the local disk, with its key: kernel, device, key values,
     config and result."""
-    from ..cache import ops
+    from ..cache import admin
     out = []
-    for meta in ops.ls(kernel=LABEL_PREFIX, sort="created", reverse=True):
+    for meta in admin.ls(kernel=LABEL_PREFIX, sort="created", reverse=True):
         info = meta.get("autotune")
         if meta.get("namespace") != NAMESPACE or not isinstance(info, dict):
             continue
@@ -91,7 +91,7 @@ def entries(kernel: str | None = None) -> list[dict[str, Any]]:
 
 
 def _record_of(h: str) -> dict[str, Any] | None:
-    c = core.current()
+    c = lookup.current()
     try:
         got = c.disk.get(h) if c.disk is not None else None
     except CorruptEntry:
@@ -121,13 +121,13 @@ def groups(kernel: str | None = None) -> list[dict[str, Any]]:
 
 def clear(kernel: str | None = None) -> int:
     """Delete the tuning records (of one kernel); also from the shared tier when one is set."""
-    from ..cache import ops, shared
+    from ..cache import admin, shared
     keys = [e["entry"] for e in entries(kernel)]
     if not keys:
         return 0
-    store = ops._writable(ops._disk(), "clear")
+    store = admin._writable(admin._disk(), "clear")
     store.delete_many(keys)
-    c = core.current()
+    c = lookup.current()
     for h in keys:
         c.memory.discard(h)
     tier = shared.active()

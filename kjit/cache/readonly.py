@@ -15,14 +15,13 @@ from typing import Any, Iterator
 
 from . import entry as entry_mod
 from . import trust
-from .index import Table, sqlite3
-from .store import ENV_DIR, CacheWarning, DiskStore, StoreReads, Unavailable, cache_dirs
+from .disk import CacheWarning, DiskStore, StoreReads, Unavailable
+from .tables import SCHEMA, Table, sqlite3
+from ..locations import ENV_CACHE_DIR as ENV_DIR, cache_dirs
 from ..objectcode import ObjectCode
 
 _warned: set[str] = set()
-_SCHEMA = ("CREATE TABLE Cache (rowid INTEGER PRIMARY KEY, key BLOB, raw INTEGER, store_time REAL, "
-           "expire_time REAL, access_time REAL, access_count INTEGER, tag BLOB, size INTEGER, "
-           "mode INTEGER, filename TEXT, value BLOB)")
+
 
 
 def writable(path: Path) -> bool:
@@ -69,7 +68,7 @@ class ReadOnlyStore(StoreReads):
         table = Table.open(self.path / name, immutable=True)
         if table is None:  # no database there: an empty table answers every read
             con = sqlite3.connect(":memory:", check_same_thread=False)
-            con.execute(_SCHEMA)
+            con.execute(SCHEMA)
             table = Table(con.execute, self.path / name)
         return table
 

@@ -1,5 +1,6 @@
-"""get_or_create: memory layer, then the checked disk entry, then (under a per-key lock) the
-shared tier if one is configured (kjit.cache.remote, kjit.cache.shared), then create."""
+"""The lookup: this process's memory layer, then the checked disk entry, then (under a per-key
+lock) the shared tier if one is configured (kjit.cache.shared), then create and store.
+Also `peek`, a lookup that never creates, and the listeners' events (kjit.cache.events)."""
 from __future__ import annotations
 
 import atexit
@@ -7,16 +8,17 @@ import os
 import sys
 import time
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from . import events
 from .entry import CorruptEntry, encode
+from .disk import CacheWarning, DiskStore, Unavailable
 from .key import key_hash, sha256
-from .memory import MemoryLayer
-from .layers import open_store
-from .store import (ON, ENV_DIR, CacheWarning, DiskStore, Unavailable, cache_dir, cache_dirs,
-                    check_settings)
+from .readonly import open_store
+from .settings import DEFAULT_MEMORY, ENV_MEMORY, check_settings, env_size, switch, switch_on
+from ..locations import ENV_CACHE_DIR as ENV_DIR, cache_dir, cache_dirs
 from ..objectcode import ObjectCode
 
 ENV_ENABLE = "KJIT_CACHE"
@@ -25,12 +27,53 @@ ENV_REMOTE = "KJIT_REMOTE_CACHE"   # remote.ENV_URL, read here so a miss without
 FLUSH_INTERVAL_S = 30.0
 
 
+class MemoryLayer:
+    """Recently used ObjectCodes by key, bounded in bytes (KJIT_CACHE_MEMORY_SIZE), LRU."""
+
+    def __init__(self, limit: int | None = None):
+        if limit is None:
+            limit = env_size(ENV_MEMORY, DEFAULT_MEMORY)
+        self.limit = limit
+        self._items: OrderedDict[str, ObjectCode] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: str) -> ObjectCode | None:
+        obj = self._items.get(key)
+        if obj is not None:
+            self._items.move_to_end(key)
+        return obj
+
+    def put(self, key: str, obj: ObjectCode) -> None:
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old.code)
+        if len(obj.code) > self.limit:
+            return
+        self._items[key] = obj
+        self._bytes += len(obj.code)
+        while self._bytes > self.limit:
+            _, dropped = self._items.popitem(last=False)
+            self._bytes -= len(dropped.code)
+
+    def discard(self, key: str) -> None:
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old.code)
+
+    def clear(self) -> None:
+        self._items.clear()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 class Cache:
     """One cache directory as this process sees it: memory layer + disk store."""
 
     def __init__(self, path: Path, dirs: list[Path] | None = None):
         check_settings()  # a bad KJIT_CACHE_* is an error on a hit and on a miss alike
-        # DiskStore, or layers.Layered when a listed directory is read-only
+        # DiskStore, or readonly.Layered when a listed directory is read-only
         self.disk: DiskStore | None = open_store(dirs or [path])
         self.path = self.disk.path  # where new results go
         self.memory = MemoryLayer()
@@ -90,16 +133,7 @@ def _flush_all() -> None:
 
 
 def enabled_by_env() -> bool:
-    return os.environ.get(ENV_ENABLE, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def digest(obj: ObjectCode) -> str:
-    """sha256 hex over kind, arch and code: identifies a link input by content."""
-    import hashlib  # any size, many times: OpenSSL's
-    h = hashlib.sha256()
-    h.update(f"{obj.kind}\0{obj.arch or ''}\0".encode())
-    h.update(obj.code)
-    return h.hexdigest()
+    return switch_on(ENV_ENABLE)
 
 
 def get_or_create(namespace: str, key: Mapping[str, Any], create: Callable[[], ObjectCode], *,
@@ -172,7 +206,7 @@ def unstorable(namespace: str, label: str = "") -> None:
     (`kjit cache stats`: "unstorable")."""
     c = current()
     c.session["unstorable"] += 1
-    store = getattr(c.disk, "top", c.disk)  # layers.Layered: its writable directory
+    store = getattr(c.disk, "top", c.disk)  # readonly.Layered: its writable directory
     if store is None or getattr(store, "read_only", False):
         return
     try:
@@ -187,8 +221,9 @@ UNSTORABLE_STAT = "stat:unstorable"
 
 def lookup_hashed(k: str, namespace: str, create: Callable[[], ObjectCode], *, label: str = "",
                   meta: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
-                  t0: float | None = None) -> ObjectCode:
-    """get_or_create with the key already hashed (kjit.compile memoises the hash)."""
+                  t0: float | None = None, check: Callable[[], None] | None = None) -> ObjectCode:
+    """get_or_create with the key already hashed (kjit.compile memoises the hash). `check`,
+    called after create(), raises to keep the result from being stored (its inputs changed)."""
     if t0 is None:
         t0 = time.perf_counter()
     c = current()
@@ -200,28 +235,119 @@ def lookup_hashed(k: str, namespace: str, create: Callable[[], ObjectCode], *, l
             events.emit(events.CacheEvent(events.MEMORY_HIT, namespace, k, label,
                                           time.perf_counter() - t0, size=len(obj.code)))
         return obj
+    with _Miss(c, k, namespace, label, t0) as miss:
+        if miss.found is not None:   # on disk, or made by another process or node meanwhile
+            return miss.found
+        t1 = time.perf_counter()
+        obj = create()   # called here, not in a helper: the compile is one frame below
+        if check is not None:
+            check()
+        return miss.store(obj, getattr(create, "made_s", None) or time.perf_counter() - t1, meta)
 
-    disk = c.disk
-    if disk is not None:
+
+class _Miss:
+    """A lookup that missed memory, as a block around create(): entering reads the checked
+    disk entry, else takes the key's lock (another process may be creating it; a disk hit
+    never loads the shared tier's modules), then asks the shared tier if one is configured
+    (its value, or its lease to create under). `found` is then the result, or None: the
+    caller creates, and store() keeps the result in memory, on disk and in the tier.
+    Leaving gives up the lease (telling the cluster when create() failed) and the lock."""
+
+    def __init__(self, c: Cache, k: str, namespace: str, label: str, t0: float):
+        self.c, self.k, self.namespace, self.label, self.t0 = c, k, namespace, label, t0
+        self.disk: Any = c.disk
+        self.found: ObjectCode | None = None
+        self.tier: Any = None
+        self.lease: Any = None
+        self.lock: Any = None
+        self.waited = 0.0
+
+    def __enter__(self) -> "_Miss":
         try:
-            found = _read(c, disk, k, namespace, label)
-            if found is not None:
-                return _hit(c, k, found, namespace, label, t0, 0.0)
-            with disk.lock(k) as waited:
-                found = _read(c, disk, k, namespace, label)
-                if found is not None:  # another process created it while we waited
-                    return _hit(c, k, found, namespace, label, t0, waited)
-                # the shared tier only now: a disk hit never loads its client library
-                tier = _tier()  # None unless KJIT_REMOTE_CACHE is set
-                if tier is not None:
-                    return _shared(c, disk, tier, k, namespace, create, label, meta, t0, waited)
-                return _create(c, disk, k, namespace, create, label, meta, t0, waited)
-        except Unavailable as exc:
-            c.unusable(exc, namespace, k, label)
-    tier = _tier()
-    if tier is not None:
-        return _shared(c, None, tier, k, namespace, create, label, meta, t0, 0.0)
-    return _create(c, None, k, namespace, create, label, meta, t0, 0.0)
+            self._enter()
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def _enter(self) -> None:
+        c, k, disk = self.c, self.k, self.disk
+        if disk is not None:
+            try:
+                found = _read(c, disk, k, self.namespace, self.label)
+                if found is None:
+                    lock = disk.lock(k)
+                    self.waited = lock.__enter__()
+                    self.lock = lock
+                    found = _read(c, disk, k, self.namespace, self.label)
+                if found is not None:
+                    self.found = _hit(c, k, found, self.namespace, self.label, self.t0, self.waited)
+                    return
+            except Unavailable as exc:
+                self._unlock(None)
+                self.disk = None
+                c.unusable(exc, self.namespace, k, self.label)
+        self.tier = _tier()  # None unless KJIT_REMOTE_CACHE is set
+        if self.tier is None:
+            return
+        claim = self.tier.claim(k, self.label or self.namespace)
+        self.waited += claim.waited
+        self.lease = claim.lease
+        if claim.obj is not None:
+            self._remote_hit(claim.obj, claim.meta)
+
+    def _remote_hit(self, obj: ObjectCode, meta: Any) -> None:
+        """The tier's value, checked: kept on the local disk too."""
+        c = self.c
+        if self.disk is not None:
+            try:
+                self.disk.put(self.k, obj, meta)
+            except Unavailable as exc:
+                c.unusable(exc, self.namespace, self.k, self.label)
+        c.memory.put(self.k, obj)
+        c.session["remote_hits"] += 1
+        if events.active():
+            events.emit(events.CacheEvent(events.REMOTE_HIT, self.namespace, self.k, self.label,
+                                          time.perf_counter() - self.t0, wait_s=self.waited,
+                                          size=len(obj.code)))
+        self.found = obj
+
+    def store(self, obj: ObjectCode, create_s: float, meta: Any) -> ObjectCode:
+        c, k, namespace, label, disk = self.c, self.k, self.namespace, self.label, self.disk
+        if not isinstance(obj, ObjectCode):
+            raise TypeError(f"cache create() for {namespace!r} returned {type(obj).__name__}, not ObjectCode")
+        c.session["misses"] += 1
+        stored = obj.with_(cache_hit=True)
+        c.memory.put(k, stored)
+        if self.tier is not None or disk is not None:
+            entry_meta = _entry_meta(obj, namespace, label, meta, create_s)
+        if self.tier is not None:  # the same bytes to both tiers: the cluster first, it is waiting
+            self.tier.publish(k, encode(k, stored, entry_meta))
+        if disk is not None:
+            try:
+                disk.put(k, stored, entry_meta)
+                disk.record_miss()
+            except Unavailable as exc:
+                c.unusable(exc, namespace, k, label)
+        if events.active():
+            events.emit(events.CacheEvent(events.MISS, namespace, k, label, time.perf_counter() - self.t0,
+                                          create_s, self.waited, size=len(obj.code)))
+        return obj.with_(cache_hit=False)
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if self.lease is not None:
+            try:
+                if kind is not None and issubclass(kind, Exception):
+                    self.tier.abandon(self.k)  # the others stop waiting for us
+            finally:
+                self.lease.release()
+                self.lease = None
+        self._unlock((kind, exc, tb))
+
+    def _unlock(self, exc_info: Any) -> None:
+        if self.lock is not None:
+            lock, self.lock = self.lock, None
+            lock.__exit__(*(exc_info or (None, None, None)))
 
 
 def _tier() -> Any:
@@ -231,37 +357,6 @@ def _tier() -> Any:
         return None
     from . import shared
     return shared.active()
-
-
-def _shared(c: Cache, disk: DiskStore | None, tier: Any, k: str, namespace: str,
-            create: Callable[[], ObjectCode], label: str, meta: Any, t0: float,
-            waited: float) -> ObjectCode:
-    """A local miss with a shared tier: its value (kept on the local disk too), else create
-    under its lease and publish to both."""
-    claim = tier.claim(k, label or namespace)
-    if claim.obj is None:
-        try:
-            return _create(c, disk, k, namespace, create, label, meta, t0, waited + claim.waited,
-                           tier=tier)
-        except Exception:
-            if claim.lease is not None:  # the others stop waiting for us
-                tier.abandon(k)
-            raise
-        finally:
-            if claim.lease is not None:
-                claim.lease.release()
-    obj = claim.obj
-    if disk is not None:
-        try:
-            disk.put(k, obj, claim.meta)
-        except Unavailable as exc:
-            c.unusable(exc, namespace, k, label)
-    c.memory.put(k, obj)
-    c.session["remote_hits"] += 1
-    if events.active():
-        events.emit(events.CacheEvent(events.REMOTE_HIT, namespace, k, label, time.perf_counter() - t0,
-                                      wait_s=waited + claim.waited, size=len(obj.code)))
-    return obj
 
 
 def _read(c: Cache, disk: DiskStore, k: str, namespace: str, label: str) -> ObjectCode | None:
@@ -292,33 +387,6 @@ def _hit(c: Cache, k: str, obj: ObjectCode, namespace: str, label: str, t0: floa
     return obj
 
 
-def _create(c: Cache, disk: DiskStore | None, k: str, namespace: str,
-            create: Callable[[], ObjectCode], label: str, meta: Any, t0: float,
-            waited: float, tier: Any = None) -> ObjectCode:
-    t1 = time.perf_counter()
-    obj = create()
-    create_s = getattr(create, "made_s", None) or time.perf_counter() - t1
-    if not isinstance(obj, ObjectCode):
-        raise TypeError(f"cache create() for {namespace!r} returned {type(obj).__name__}, not ObjectCode")
-    c.session["misses"] += 1
-    stored = obj.with_(cache_hit=True)
-    c.memory.put(k, stored)
-    if tier is not None or disk is not None:
-        entry_meta = _entry_meta(obj, namespace, label, meta, create_s)
-    if tier is not None:  # the same bytes to both tiers: the cluster first, it is waiting
-        tier.publish(k, encode(k, stored, entry_meta))
-    if disk is not None:
-        try:
-            disk.put(k, stored, entry_meta)
-            disk.record_miss()
-        except Unavailable as exc:
-            c.unusable(exc, namespace, k, label)
-    if events.active():
-        events.emit(events.CacheEvent(events.MISS, namespace, k, label, time.perf_counter() - t0,
-                                      create_s, waited, size=len(obj.code)))
-    return obj.with_(cache_hit=False)
-
-
 def _entry_meta(obj: ObjectCode, namespace: str, label: str, meta: Any, create_s: float) -> dict[str, Any]:
     extra = dict((meta() if callable(meta) else meta) or {})
     source = extra.pop("source", None)
@@ -335,7 +403,40 @@ def _entry_meta(obj: ObjectCode, namespace: str, label: str, meta: Any, create_s
     }
     if source is not None:
         out["source_sha256"] = sha256(source)
-        if os.environ.get(ENV_SAVE_SOURCE, "").strip().lower() in ON:
+        if switch(os.environ.get(ENV_SAVE_SOURCE), False):
             out["source"] = source
     out.update(extra)
     return out
+
+
+def peek(h: str, namespace: str = "", label: str = "") -> ObjectCode | None:
+    """A lookup that never creates: the entry stored under hashed key `h`, or None. Memory,
+    the checked disk entry, then the signed shared tier (what is found below is copied up);
+    for small records kept beside compiled code (tuning results). A hit counts as a use, so
+    pruning keeps records still in use. A damaged entry is dropped (and made again by the
+    caller), an unreachable server backs off as for any request."""
+    if not enabled_by_env():
+        return None
+    c = current()
+    obj = c.memory.get(h)
+    if obj is None and c.disk is not None:
+        try:
+            obj = _read(c, c.disk, h, namespace, label)
+        except Unavailable:
+            obj = None
+    if obj is not None:
+        c.pending_hits[h] = c.pending_hits.get(h, 0) + 1
+        c.memory.put(h, obj)
+        return obj
+    tier = _tier()
+    got = tier.fetch(h) if tier is not None else None
+    if got is None:
+        return None
+    obj, meta = got
+    if c.disk is not None:
+        try:
+            c.disk.put(h, obj, meta)
+        except Exception:
+            pass
+    c.memory.put(h, obj)
+    return obj

@@ -1,21 +1,24 @@
-"""What `kjit cache` does, as functions: list, show, stats, clear, prune, verify, export, import."""
+"""What `kjit cache` does, as functions: list, show, stats, clear, verify, export, import (prune:
+kjit.cache.pruning), and on the shared tier ls, stats and clear --remote and push."""
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
 import diskcache
 
 from . import entry as entry_mod
-from . import inplace, listing, trust
-from .core import current
-from .layers import open_store
-from .index import delete_rows
-from .store import USAGE_PREFIXES, Unavailable, cache_dirs, parse_duration, parse_size
+from . import listing, remote, shared, trust
+from .disk import Unavailable
+from .lookup import current
+from .readonly import open_store
+from .remote import TierError
+from .shared import COUNTERS, NO_VALUE
 from ..errors import InvalidOptionError, KjitError
+from ..locations import cache_dirs
 
 SORT_FIELDS = ("created", "last_used", "size", "hits", "name", "arch", "kind")
 
@@ -121,10 +124,8 @@ def stats() -> dict[str, Any]:
 
 def _remote_counts(disk: Any) -> dict[str, Any]:
     """The shared tier's counts as this cache directory saw them (kjit.cache.shared)."""
-    from .remote import RemoteConfig
-    from .shared import saved_counts
-    config = RemoteConfig.from_env()
-    return dict(saved_counts(disk), url=config.display_url if config else None)
+    config = remote.RemoteConfig.from_env()
+    return dict(shared.saved_counts(disk), url=config.display_url if config else None)
 
 
 def clear() -> int:
@@ -159,86 +160,22 @@ def clear_report() -> dict[str, Any]:
         return {"removed": None, "unreadable_removed": None, "reset": True, "reason": str(exc)}
 
 
-def parse_age(text: str | float) -> float:
-    """'90s', '30m', '12h', '7d', '2w' (or seconds) -> seconds."""
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise InvalidOptionError(f"age {exc}") from None
-
-
-def prune_limits(max_size: str | int | None = None,
-                 older_than: str | float | None = None) -> tuple[int | None, float | None]:
-    """(size limit in bytes, cutoff time) for prune; InvalidOptionError for bad values."""
-    if max_size is None and older_than is None:
-        raise InvalidOptionError("prune needs --max-size and/or --older-than")
-    limit = None
-    if max_size is not None:
-        try:
-            limit = parse_size(max_size)
-        except ValueError as exc:
-            raise InvalidOptionError(str(exc)) from None
-    return limit, None if older_than is None else time.time() - parse_age(older_than)
-
-
 def prune(*, max_size: str | int | None = None, older_than: str | float | None = None) -> dict[str, Any]:
     """Drop entries not used for `older_than`, then least-recently-used ones until the
     cache's disk bytes (as KJIT_CACHE_SIZE counts them) fit in `max_size`. Works on a full
-    disk too (kjit.cache.inplace): that is when it is needed."""
-    limit, cutoff = prune_limits(max_size, older_than)
+    disk too (kjit.cache.pruning): that is when it is needed."""
+    from . import pruning
+    limit, cutoff = pruning.limits(max_size, older_than)
     c = current()
     store = _writable(_store(c), "prune")
-    if inplace.disk_full(store.path):
-        report = _prune_in_place(store, limit, cutoff)
-    else:
-        try:
-            _open(store)
-            c.flush_hits()
-            report = _prune(store, limit, cutoff)
-        except (KjitError, OSError, sqlite3.Error, diskcache.Timeout) as exc:
-            if not inplace.disk_full(store.path):
-                if isinstance(exc, KjitError):
-                    raise
-                raise KjitError(f"the kjit cache at {store.path} could not be pruned: {exc}") from None
-            report = _prune_in_place(store, limit, cutoff)
+
+    def prepare() -> None:
+        _open(store)
+        c.flush_hits()
+    report = pruning.prune(store, limit, cutoff, prepare)
     for k in report["keys"]:
         c.memory.discard(k)
     return report
-
-
-def _prune(disk: Any, limit: int | None, cutoff: float | None) -> dict[str, Any]:
-    entries, usage = disk.tables()
-    keys = entries.keys()
-    sizes = listing.code_sizes(disk, keys)[0]
-    removed: list[str] = []
-    if cutoff is not None:
-        used = usage.numbers("used:")
-        # an entry never used since it was made has no "used:" row: its creation time counts
-        created = usage.json_numbers("meta:", "created") if len(used) < len(keys) else {}
-        removed = [k for k in keys if (used.get(k) or created.get(k) or 0) < cutoff]
-        _delete(disk, removed)
-    if limit is not None:
-        removed += disk.evict_lru(limit)
-    disk.forget_orphans()
-    return {"removed": len(removed), "bytes_freed": int(sum(sizes.get(k, 0) for k in removed)),
-            "keys": removed, "entries_left": len(keys) - len(removed), "disk_bytes": disk.volume()}
-
-
-def _delete(disk: Any, keys: list[str]) -> None:
-    """delete_many that fails loudly (it is best effort elsewhere): a prune that could not
-    delete must not report the entries as removed."""
-    if keys:
-        delete_rows(disk.entries, keys=keys)
-        delete_rows(disk.usage, keys=[p + k for k in keys for p in USAGE_PREFIXES])
-
-
-def _prune_in_place(store: Any, limit: int | None, cutoff: float | None) -> dict[str, Any]:
-    store.close()   # diskcache's connections would hold locks the exclusive ones wait for
-    try:
-        return inplace.prune(store.path, limit, cutoff)
-    except (OSError, sqlite3.Error) as exc:
-        raise KjitError(f"the kjit cache at {store.path} is on a full disk and could not be "
-                        f"pruned in place ({exc}); `kjit cache clear` removes it whole") from None
 
 
 def verify() -> dict[str, Any]:
@@ -279,3 +216,143 @@ def import_(file: str | Path, *, overwrite: bool = False) -> dict[str, Any]:
     """Add the entries of an `export` file, verifying each checksum; corrupt ones are skipped."""
     from . import archive
     return archive.import_(_writable(_disk(), "import"), file, overwrite=overwrite)
+
+
+# --- the shared tier (kjit cache ls/stats/clear --remote, push) ---------------------------------
+_HEAD = 4096  # bytes read per value for a listing: most headers fit
+
+
+def _remote_tier() -> Any:
+    config = remote.RemoteConfig.from_env()
+    if config is not None and config.refusal:
+        raise KjitError(config.refusal)
+    tier = shared.active()
+    if tier is None:
+        raise KjitError(f"no remote cache is configured: set {remote.ENV_URL}=redis://host:port/db "
+                        "(or call kjit.cache.configure_remote(url))")
+    return tier
+
+
+def _unusable(tier, exc: Exception) -> KjitError:
+    return KjitError(f"the remote cache {tier.config.display_url} cannot be used: {exc}")
+
+
+def _row(key: str, head: bytes | None, ttl: float | None) -> dict[str, Any] | None:
+    """A listing row from a value's first bytes, or None when they are not a whole header."""
+    if head is None:
+        return None
+    if head.startswith(NO_VALUE):
+        return {"key": key, "note": "not shared: " + head[len(NO_VALUE):].decode(errors="replace").strip(),
+                "ttl_s": ttl}
+    signed = shared.is_signed(head)
+    body = head[40:] if signed else head
+    try:
+        hlen, clen = entry_mod.declared_lengths(body)
+    except entry_mod.CorruptEntry:
+        return {"key": key, "error": "not a kjit cache entry", "signed": signed, "ttl_s": ttl}
+    end = entry_mod.PREFIX_SIZE + hlen
+    if len(body) < end:
+        return None
+    try:
+        header = json.loads(body[entry_mod.PREFIX_SIZE:end])
+    except (ValueError, RecursionError):
+        return {"key": key, "error": "header is not JSON", "signed": signed, "ttl_s": ttl}
+    if not isinstance(header, dict):
+        return {"key": key, "error": "header is not a JSON object", "signed": signed, "ttl_s": ttl}
+    meta = header.get("meta") if isinstance(header.get("meta"), dict) else {}
+    kernels = meta.get("kernels")
+    created = meta.get("created")
+    return {"key": key, "kind": _text(header.get("kind")), "arch": _text(header.get("arch")),
+            "size": clen, "name": _text(header.get("name")),
+            "namespace": _text(meta.get("namespace")), "label": _text(meta.get("label")),
+            "kernels": [n for n in kernels if isinstance(n, str)] if isinstance(kernels, list) else [],
+            "created": created if _number(created) else None, "signed": signed, "ttl_s": ttl}
+
+
+def _text(value: Any) -> str | None:
+    """A header field that should be text: anything else (a crafted header) reads as absent."""
+    return value if isinstance(value, str) else None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def ls_remote(*, limit: int | None = None) -> list[dict[str, Any]]:
+    """The shared tier's entries (unverified headers: the checks run when one is fetched),
+    newest first: key, kind, arch, size, name, kernels, created, signed, seconds to live."""
+    tier = _remote_tier()
+    try:
+        keys = sorted(tier.backend.keys())
+        heads = tier.backend.peek(keys, _HEAD)
+        rows = [_row(k, h, t) for k, (h, t) in zip(keys, heads)]
+        longer = [i for i, r in enumerate(rows) if r is None and heads[i][0] is not None]
+        if longer:  # headers past the first read (long logs): read those values' heads again
+            again = tier.backend.peek([keys[i] for i in longer], 1 << 20)
+            for i, (h, t) in zip(longer, again):
+                rows[i] = _row(keys[i], h, t) or {"key": keys[i], "error": "header too long to list",
+                                                  "signed": shared.is_signed(h or b""), "ttl_s": t}
+    except TierError as exc:
+        raise _unusable(tier, exc) from None
+    out = [r for r in rows if r is not None]
+    out.sort(key=lambda r: r.get("created") or 0, reverse=True)  # numbers only (_row)
+    return out[:limit] if limit else out
+
+
+def stats_remote() -> dict[str, Any]:
+    """The shared tier: where, how configured, what it holds, the server's memory, and this
+    process's counts."""
+    tier = _remote_tier()
+    cfg = tier.config
+    try:
+        server = tier.backend.stats()
+        keys = list(tier.backend.keys())
+        total = sum(tier.backend.sizes(keys))
+    except TierError as exc:
+        raise _unusable(tier, exc) from None
+    return {"url": cfg.display_url, "prefix": cfg.prefix, "signed": cfg.secret is not None,
+            "ttl_s": cfg.ttl_s, "max_value": cfg.max_value, "entries": len(keys), "bytes": total,
+            "server": server, "session": {k: tier.counts.get(k, 0) for k in COUNTERS}}
+
+
+def clear_remote() -> int:
+    """Remove every value (and lease) under the tier's prefix; returns how many values."""
+    tier = _remote_tier()
+    try:
+        return tier.backend.clear()
+    except TierError as exc:
+        raise _unusable(tier, exc) from None
+
+
+def push(*, keys: list[str] | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """Upload local entries (all, or `keys`) to the shared tier, e.g. after a `kjit build` in
+    CI, so that a cluster starts warm. Each is checked first; corrupt and too-large ones are
+    skipped; values already there are kept unless overwrite."""
+    tier = _remote_tier()
+    cfg = tier.config
+    disk = _disk()
+    chosen = [resolve_key(k) for k in keys] if keys else disk.keys()
+    pushed, present, too_large, skipped, sent = 0, 0, 0, [], 0
+    for k in chosen:
+        blob = disk.get_blob(k)
+        if blob is None:
+            continue
+        try:
+            entry_mod.decode_header(blob, k)
+        except entry_mod.CorruptEntry as exc:
+            skipped.append({"key": k, "error": str(exc)})
+            continue
+        if len(blob) > cfg.max_value:
+            too_large += 1
+            continue
+        try:
+            stored = tier.backend.put(k, shared.sign(cfg.secret, k, blob), cfg.ttl_s, overwrite=overwrite)
+        except TierError as exc:
+            raise _unusable(tier, exc) from None
+        if stored:
+            pushed += 1
+            sent += len(blob)
+        else:
+            present += 1
+    return {"url": cfg.display_url, "pushed": pushed, "already_present": present,
+            "too_large": too_large, "skipped": skipped, "bytes": sent, "signed": cfg.secret is not None}

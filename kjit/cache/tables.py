@@ -1,4 +1,5 @@
-"""Whole-table reads and bulk deletes on one diskcache database, by SQL.
+"""diskcache's tables read and written safely: whole-table reads and bulk deletes by SQL, the
+value files beside them, and the Disk class diskcache reads and writes rows through.
 
 diskcache reads one row per call and decodes every key it meets. The `kjit cache` commands
 need thousands of rows at once (20,000 entries must list in well under a second), and
@@ -6,11 +7,18 @@ must skip and count rows kjit did not write (a pickled key or value from another
 instead of failing on them. Everything here reads the columns diskcache writes (key, raw,
 mode, filename, value, size; its triggers keep the count and size totals) and decodes
 only strings, bytes and numbers.
+
+A row kjit did not write (pickled by another program, or planted) must cost a recompile,
+never run code or touch a file outside the cache: pickles are refused both ways, and a value
+file's name must have the shape diskcache gives it (two hex directories and a hex name), so
+a row naming `../../x` is neither read nor deleted.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 try:
     # The C module sqlite3 wraps: its Python layer adds only date and time adapters (which kjit
     # never stores), and their `import datetime` is ~1.5 ms of a fresh process's ~20 ms disk
@@ -22,16 +30,43 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .entry import CorruptEntry
-from .valuefiles import checked_value_file, remove_value_file
 
 MODE_RAW, MODE_BINARY, MODE_TEXT = 1, 2, 3          # diskcache.core's value modes
 READABLE = "raw = 1 AND typeof(key) = 'text' AND mode IN (1, 2, 3)"
 _CHUNK = 500                                        # bound parameters per statement
+SCHEMA = ("CREATE TABLE Cache (rowid INTEGER PRIMARY KEY, key BLOB, raw INTEGER, store_time REAL, "
+          "expire_time REAL, access_time REAL, access_count INTEGER, tag BLOB, size INTEGER, "
+          "mode INTEGER, filename TEXT, value BLOB)")
+VALUE_FILE_RE = re.compile(r"[0-9a-f]{2}[/\\][0-9a-f]{2}[/\\][0-9a-f]{28}\.val")
 
 
 def _prefix_range(prefix: str) -> tuple[str, str]:
     """[lo, hi) covering every key that starts with `prefix` (uses the key index)."""
     return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def checked_value_file(directory: str, filename: str) -> str:
+    """The full path of a value file named by a row; CorruptEntry if the name is foreign."""
+    if not isinstance(filename, str) or not VALUE_FILE_RE.fullmatch(filename):
+        raise CorruptEntry(f"value file name {str(filename)[:40]!r} is not one kjit writes")
+    return os.path.join(directory, filename)
+
+
+def remove_value_file(directory: str, filename: str | None) -> None:
+    """Delete a value file (and its emptied directories) if its name is one diskcache makes."""
+    if not filename:
+        return
+    try:
+        path = checked_value_file(directory, filename)
+    except CorruptEntry:
+        return
+    with contextlib.suppress(OSError):
+        os.remove(path)
+    parent = os.path.dirname(path)
+    for _ in range(2):  # the two hex directories, never the database directory itself
+        with contextlib.suppress(OSError):
+            os.rmdir(parent)
+        parent = os.path.dirname(parent)
 
 
 class Table:
@@ -203,3 +238,50 @@ def delete_rows(cache: Any, rows: Iterable[tuple[int, str | None]] | None = None
     for _, filename in rows:
         remove_value_file(cache.directory, filename)
     return len(rows)
+
+
+_safe_disk: Any = None
+
+
+def safe_disk() -> type:
+    """The diskcache Disk class kjit's databases use (made on first use: diskcache loads only
+    when a process writes)."""
+    global _safe_disk
+    if _safe_disk is not None:
+        return _safe_disk
+    import diskcache
+
+    class SafeDisk(diskcache.Disk):
+        """diskcache's Disk that refuses to pickle or unpickle and reads or deletes only value
+        files it could have written: a poisoned database row can cost a recompile, never run
+        code or reach outside the cache directory."""
+
+        def put(self, key):
+            if type(key) is not str:
+                raise TypeError("kjit cache keys are strings")
+            return super().put(key)
+
+        def get(self, key, raw):
+            if not raw:
+                raise CorruptEntry("pickled key in the cache database")
+            return super().get(key, raw)
+
+        def store(self, value, read, key=diskcache.core.UNKNOWN):
+            if type(value) not in (bytes, str, int, float):
+                raise TypeError("kjit cache values are bytes, str or numbers")
+            return super().store(value, read, key)
+
+        def fetch(self, mode, filename, value, read):
+            if mode == diskcache.core.MODE_PICKLE:
+                raise CorruptEntry("pickled value in the cache database")
+            if mode not in (diskcache.core.MODE_RAW, diskcache.core.MODE_BINARY, diskcache.core.MODE_TEXT):
+                raise CorruptEntry(f"value of unknown mode {mode!r} in the cache database")
+            if mode != diskcache.core.MODE_RAW:
+                checked_value_file(self._directory, filename)
+            return super().fetch(mode, filename, value, read)
+
+        def remove(self, file_path):
+            remove_value_file(self._directory, file_path)
+
+    _safe_disk = SafeDisk
+    return SafeDisk

@@ -1,4 +1,5 @@
 """The on-disk store: diskcache (SQLite + files) holding only bytes, strings and numbers.
+Read-only directories and layering over them: kjit.cache.readonly.
 
 Layout under cache_dir():
   entries/  diskcache.Cache key -> entry bytes (kjit.cache.entry), LRU-evicted at the size limit
@@ -21,11 +22,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from . import entry as entry_mod
 from . import trust
-from .index import Table, delete_rows, sqlite3
-from ..locations import ENV_CACHE_DIR as ENV_DIR, cache_dir, cache_dirs  # noqa: F401  (re-exported)
-from .settings import (DEFAULT_MEMORY, DEFAULT_SIZE, ENV_MEMORY, ENV_SIZE, OFF, ON,  # noqa: F401
-                       SettingError, check_settings, env_size, parse_duration, parse_size,
-                       size_limit)
+from .settings import size_limit
+from .tables import Table, delete_rows, safe_disk, sqlite3
 from ..objectcode import ObjectCode
 
 if TYPE_CHECKING:
@@ -158,11 +156,9 @@ class DiskStore(StoreReads):
         try:
             self._directory()
             import diskcache
-
-            from .safedisk import SafeDisk
             # Eviction is ours (evict_lru): diskcache's culls ten entries at a time and its
             # access times miss the hits served from memory.
-            return diskcache.Cache(str(self.path / name), size_limit=size, disk=SafeDisk,
+            return diskcache.Cache(str(self.path / name), size_limit=size, disk=safe_disk(),
                                    eviction_policy="none", statistics=False, timeout=60)
         except (OSError, sqlite3.Error) as exc:
             raise Unavailable(f"{self.path}: {exc.strerror if isinstance(exc, trust.Untrusted) else exc}") from exc

@@ -1,5 +1,7 @@
-"""Removing entries from a cache on a full disk, where diskcache cannot even open it.
+"""`kjit cache prune`: drop entries unused for a while, then the least recently used until the
+cache fits a size, on a healthy disk through diskcache, on a full disk in place.
 
+On a full disk diskcache cannot even open the cache.
 SQLite in WAL mode needs new space to open a database (its `-shm` index) and to change
 it (the `-wal` log), so on a full disk `kjit cache prune` would fail exactly when it is
 needed. Here each database is opened with an exclusive lock (the WAL index then lives in
@@ -15,16 +17,86 @@ has no room for the safe one.
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from . import listing
-from .index import _CHUNK, Table, sqlite3
-from .layers import _SCHEMA
-from .store import USAGE_PREFIXES, StoreReads
-from .valuefiles import remove_value_file
+from .disk import USAGE_PREFIXES, StoreReads
+from .settings import parse_duration, parse_size
+from .tables import _CHUNK, SCHEMA, Table, delete_rows, remove_value_file, sqlite3
+from ..errors import InvalidOptionError, KjitError
 
 LOW_SPACE = 1 << 20   # below this much free space, prune takes the in-place path
+
+
+def parse_age(text: str | float) -> float:
+    """'90s', '30m', '12h', '7d', '2w' (or seconds) -> seconds."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise InvalidOptionError(f"age {exc}") from None
+
+
+def limits(max_size: str | int | None = None,
+           older_than: str | float | None = None) -> tuple[int | None, float | None]:
+    """(size limit in bytes, cutoff time) for prune; InvalidOptionError for bad values."""
+    if max_size is None and older_than is None:
+        raise InvalidOptionError("prune needs --max-size and/or --older-than")
+    limit = None
+    if max_size is not None:
+        try:
+            limit = parse_size(max_size)
+        except ValueError as exc:
+            raise InvalidOptionError(str(exc)) from None
+    return limit, None if older_than is None else time.time() - parse_age(older_than)
+
+
+def prune(store: Any, limit: int | None, cutoff: float | None,
+          prepare: Callable[[], None]) -> dict[str, Any]:
+    """Prune a writable store (kjit.cache.admin.prune); `prepare` opens its databases. A
+    full disk takes the in-place path, before or after a failure that it explains."""
+    import diskcache
+    if disk_full(store.path):
+        return _in_place(store, limit, cutoff)
+    try:
+        prepare()
+        return _prune(store, limit, cutoff)
+    except (KjitError, OSError, sqlite3.Error, diskcache.Timeout) as exc:
+        if not disk_full(store.path):
+            if isinstance(exc, KjitError):
+                raise
+            raise KjitError(f"the kjit cache at {store.path} could not be pruned: {exc}") from None
+        return _in_place(store, limit, cutoff)
+
+
+def _prune(disk: Any, limit: int | None, cutoff: float | None) -> dict[str, Any]:
+    entries, usage = disk.tables()
+    keys = entries.keys()
+    sizes = listing.code_sizes(disk, keys)[0]
+    removed: list[str] = []
+    if cutoff is not None:
+        used = usage.numbers("used:")
+        # an entry never used since it was made has no "used:" row: its creation time counts
+        created = usage.json_numbers("meta:", "created") if len(used) < len(keys) else {}
+        removed = [k for k in keys if (used.get(k) or created.get(k) or 0) < cutoff]
+        if removed:  # deleted loudly (best effort elsewhere): a prune that could not delete
+            delete_rows(disk.entries, keys=removed)   # must not report them as removed
+            delete_rows(disk.usage, keys=[p + k for k in removed for p in USAGE_PREFIXES])
+    if limit is not None:
+        removed += disk.evict_lru(limit)
+    disk.forget_orphans()
+    return {"removed": len(removed), "bytes_freed": int(sum(sizes.get(k, 0) for k in removed)),
+            "keys": removed, "entries_left": len(keys) - len(removed), "disk_bytes": disk.volume()}
+
+
+def _in_place(store: Any, limit: int | None, cutoff: float | None) -> dict[str, Any]:
+    store.close()   # diskcache's connections would hold locks the exclusive ones wait for
+    try:
+        return prune_in_place(store.path, limit, cutoff)
+    except (OSError, sqlite3.Error) as exc:
+        raise KjitError(f"the kjit cache at {store.path} is on a full disk and could not be "
+                        f"pruned in place ({exc}); `kjit cache clear` removes it whole") from None
 
 
 def disk_full(path: Path) -> bool:
@@ -86,7 +158,7 @@ class InPlaceStore(StoreReads):
 def _exclusive(db: Path) -> sqlite3.Connection:
     if not db.is_file():  # nothing written there yet: an empty table answers
         con = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-        con.execute(_SCHEMA)
+        con.execute(SCHEMA)
         con.execute("CREATE TABLE Settings (key TEXT NOT NULL UNIQUE, value)")
         return con
     con = sqlite3.connect(str(db), timeout=60, isolation_level=None, check_same_thread=False)
@@ -107,8 +179,8 @@ def _rows(con: sqlite3.Connection, keys: list[str]) -> Iterator[tuple[int, str |
                                % ",".join("?" * len(chunk)), chunk)
 
 
-def prune(path: Path, limit: int | None, cutoff: float | None) -> dict:
-    """kjit.cache.ops.prune's work and report, done in place (see the module's text)."""
+def prune_in_place(path: Path, limit: int | None, cutoff: float | None) -> dict:
+    """prune's work and report, done in place (see the module's text)."""
     store = InPlaceStore(path)
     try:
         entries, usage = store.tables()

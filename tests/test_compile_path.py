@@ -1,0 +1,95 @@
+"""kjit.compile reads as what it does: make the request, derive the key, look it up or compile.
+On every kind of miss the compiler is called within a handful of kjit frames of kjit.compile,
+and nothing on the way is worked out twice."""
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+
+import pytest
+
+import kjit
+from kjit.compiler import api, search
+
+KJIT_DIR = str(Path(kjit.__file__).resolve().parent) + os.sep
+MAX_FRAMES = 5
+KERNEL = 'extern "C" __global__ void k(float* o) { o[0] = VAL; }\n'
+
+
+@pytest.fixture
+def nvrtc_calls(monkeypatch):
+    """Each nvrtcCompileProgram call's kjit frames, innermost first, up to kjit.compile."""
+    from cuda.bindings import nvrtc
+    real = nvrtc.nvrtcCompileProgram
+    calls: list[list[str]] = []
+
+    def spy(*args):
+        frames = []
+        for f in inspect.stack()[1:]:
+            if not os.path.abspath(f.filename).startswith(KJIT_DIR):
+                break   # the caller of kjit.compile: the test
+            frames.append(f"{os.path.relpath(f.filename, KJIT_DIR)}:{f.function}")
+        calls.append(frames)
+        return real(*args)
+    monkeypatch.setattr(nvrtc, "nvrtcCompileProgram", spy)
+    return calls
+
+
+def _src(tmp_path: Path, val: str) -> tuple[str, dict]:
+    (tmp_path / "v.h").write_text(f"#define VAL {val}\n")
+    return '#include "v.h"\n' + KERNEL, {"options": kjit.CompileOptions(include_dirs=[str(tmp_path)])}
+
+
+def _one_compile(calls: list[list[str]]) -> list[str]:
+    assert len(calls) == 1, calls
+    frames = calls.pop()
+    assert frames[0] == "compiler/nvrtc.py:compile_source" and frames[-1] == "__init__.py:compile"
+    return frames
+
+
+@pytest.mark.parametrize("observe", ["1", "0"], ids=["observed", "scanned"])
+def test_a_miss_reaches_the_compiler_in_a_handful_of_frames(tmp_path, monkeypatch, nvrtc_calls, observe):
+    monkeypatch.setenv("KJIT_OBSERVE", observe)
+    src, kw = _src(tmp_path, "1.0f")
+    obj = kjit.compile(src, arch="sm_90", target="ptx", **kw)             # a new kernel
+    assert obj.cache_hit is False
+    assert len(_one_compile(nvrtc_calls)) <= MAX_FRAMES
+    assert kjit.compile(src, arch="sm_90", target="ptx", **kw).cache_hit is True
+    assert nvrtc_calls == []
+
+    kjit.cache.clear()                                                     # its entry is gone
+    again = kjit.compile(src, arch="sm_90", target="ptx", **kw)
+    assert again.cache_hit is False and again.code == obj.code
+    assert len(_one_compile(nvrtc_calls)) <= MAX_FRAMES
+
+    off = kjit.compile(src + "// off\n", arch="sm_90", target="ptx", cache=False, **kw)
+    assert off.cache_hit is None
+    assert len(_one_compile(nvrtc_calls)) <= MAX_FRAMES
+
+
+@pytest.mark.parametrize("observe", ["1", "0"], ids=["observed", "scanned"])
+def test_the_search_path_is_worked_out_once_per_miss(tmp_path, monkeypatch, observe):
+    monkeypatch.setenv("KJIT_OBSERVE", observe)
+    real = search.for_options
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(search, "for_options", counting)
+    src, kw = _src(tmp_path, "2.0f")
+    assert kjit.compile(src, arch="sm_90", target="ptx", **kw).cache_hit is False
+    assert len(calls) == 1
+    kjit.cache.clear()
+    api._memo.clear()                                      # as a fresh process: keyed anew
+    assert kjit.compile(src, arch="sm_90", target="ptx", **kw).cache_hit is False
+    assert len(calls) == 2
+
+
+def test_the_compile_uncached_function_is_defined_once():
+    """One function runs the compiler for a request (kjit.compiler.api.compile_uncached)."""
+    import kjit.compiler as package
+    defined = [p.name for p in Path(package.__file__).parent.glob("*.py")
+               if "def compile_uncached(" in p.read_text()]
+    assert defined == ["api.py"]
