@@ -149,12 +149,32 @@ def test_c_packer_leaves_anything_unusual_to_python(index, value):
     assert pack(spec, tokens, tuple(args[:3]), ctypes.addressof(buf), DeviceArray) == -1
 
 
-def test_kernels_with_structs_keep_the_python_launcher():
+def test_kernels_with_structs_pack_numbers_in_c_and_structs_in_python():
+    """A struct parameter is converted by Python, the rest by the C packer, into one buffer;
+    the C launcher, which would launch with the struct unwritten, refuses such a kernel."""
+    import ctypes
+    import struct
+
     from kjit.runtime.cdecl import parse_signatures
+    from kjit.runtime.libcuda import c_function
     from kjit.runtime.params import Packer, layout
+    pack, make = c_function("pack"), c_function("launcher")
+    if pack is None:
+        pytest.skip("the C extension (kjit/runtime/_launch.c) is not built")
     sig = parse_signatures('extern "C" __global__ void k(float4 v, int n) {}')["k"]
     pk = Packer("k", layout([p.ctype for p in sig.params], [p.name for p in sig.params], None), 0)
-    assert pk.c_spec() is None
+    assert [s.name for s in pk.python_slots] == ["v"]
+    for with_c in (pack, None):
+        buf = ctypes.create_string_buffer(pk.size)
+        pk.filler(buf, with_c)(((1.0, 2.0, 3.0, 4.0), 7), [])
+        assert struct.unpack_from("<4fi", buf.raw) == (1.0, 2.0, 3.0, 4.0, 7)
+        with pytest.raises(ArgumentError, match=r"parameter 1 'n' \(int\)"):
+            pk.filler(buf, with_c)(((1.0, 2.0, 3.0, 4.0), 2**40), [])
+        with pytest.raises(ArgumentError, match=r"parameter 0 'v'"):
+            pk.filler(buf, with_c)(((1.0, 2.0), 7), [])
+    spec, tokens = pk.c_spec()
+    with pytest.raises(ValueError, match="every parameter"):
+        make(print, print, spec, tokens, type, [None], "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0, 0)
 
 
 # --- k[config] and f[config] in C (KernelBase / KernelFunctionBase) ------------------------

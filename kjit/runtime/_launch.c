@@ -129,7 +129,8 @@ static int put_int(char* dst, int kind, PyObject* v) {
     return 0;
 }
 
-/* Write args[0..n) into buf per spec. Returns 0 when every argument was written, 1 + the
+/* Write args[0..n) into buf per spec, all but the K_PYTHON slots. Returns 0 when every
+ * other argument was written, 1 + the
  * index of the first one the Python path must handle (anything unusual, and every error, is
  * left to it so that its message names the parameter), or -2 with an exception set. `seen`
  * collects the frameworks (1 << kind) of the foreign arrays written. */
@@ -143,6 +144,7 @@ static Py_ssize_t pack_args(const char* spec, Py_ssize_t n, PyObject* tokens,
         PyObject* v = args[i];
         char* dst = buf + offset;
         int ok = 0;
+        if (kind == K_PYTHON) continue;   /* the caller converts it */
         if (kind >= K_I8 && kind <= K_U64) {
             ok = put_int(dst, kind, v);
         } else if (kind == K_F32 || kind == K_F64) {
@@ -178,8 +180,8 @@ static Py_ssize_t pack_args(const char* spec, Py_ssize_t n, PyObject* tokens,
     return 0;
 }
 
-/* pack(spec, tokens, args, buffer_address, array_type) -> 0 when every argument was
- * written, -1 for a wrong count, else 1 + the index of the first argument the Python
+/* pack(spec, tokens, args, buffer_address, array_type) -> 0 when every argument but those
+ * of kind K_PYTHON was written, -1 for a wrong count, else 1 + the index of the first argument the Python
  * path must handle. spec: bytes of (int32 kind, int32 offset) per parameter; tokens: for
  * arrays, the interned (typestr, device) token a matching array carries. */
 static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
@@ -294,6 +296,14 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
                         "name, buffer, func, stream, params, gx, gy, gz, bx, by, bz, shared_mem, owner, "
                         "context, flags, device)");
         return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyBytes_GET_SIZE(a[2]) / 8; i++) {
+        int32_t kind;
+        memcpy(&kind, PyBytes_AS_STRING(a[2]) + 8 * i, 4);
+        if (kind == K_PYTHON) {   /* it would launch with that slot unwritten */
+            PyErr_SetString(PyExc_ValueError, "launcher: every parameter must be one the C packer writes");
+            return NULL;
+        }
     }
     unsigned long long v[14];
     for (int i = 0; i < 14; i++) {
