@@ -1,4 +1,4 @@
-#include "_launch.h"
+#include "_foreign.h"
 #include <string.h>
 
 /* PyTorch tensors and CuPy arrays in C. kjit's Python path learns each foreign array type

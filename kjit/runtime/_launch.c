@@ -6,7 +6,8 @@
  * Two queries ride along (kjit/runtime/libcuda.py): the current context, asked before every
  * launch (the current device decides where a kernel runs), and the device that owns a
  * foreign pointer, which cuda.bindings 13.3-13.5 answer wrongly for every device but 0. */
-#include "_launch.h"
+#include "_foreign.h"
+#include "_tables.h"
 #include <dlfcn.h>
 #include <math.h>
 #include <stddef.h>
@@ -17,8 +18,7 @@ typedef int (*launch_fn)(void*, unsigned, unsigned, unsigned, unsigned, unsigned
                          unsigned, void*, void**, void**);
 typedef int (*pointer_attrs_fn)(unsigned, int*, void**, unsigned long long);
 static launch_fn cu_launch = NULL;
-ctx_current_fn kjit_cu_ctx_current = NULL;
-#define cu_ctx_current kjit_cu_ctx_current
+static kjit_ctx_current_fn cu_ctx_current = NULL;
 static pointer_attrs_fn cu_pointer_attrs = NULL;
 
 static PyObject* bind(PyObject* self, PyObject* noargs) {
@@ -38,7 +38,8 @@ static PyObject* bind(PyObject* self, PyObject* noargs) {
                         "cuPointerGetAttributes");
         return NULL;
     }
-    cu_ctx_current = (ctx_current_fn)current_sym;
+    cu_ctx_current = (kjit_ctx_current_fn)current_sym;
+    kjit_tables_bind(cu_ctx_current);
     cu_pointer_attrs = (pointer_attrs_fn)attrs_sym;
     cu_launch = (launch_fn)launch_sym;   /* last: its being set means all three are */
     Py_RETURN_NONE;
