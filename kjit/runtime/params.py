@@ -119,20 +119,7 @@ class Packer:
         ints and floats, matching kjit arrays, learned framework arrays) and Python converts
         the slots it leaves; without, per-slot checks in Python take the common values and
         the careful converters the rest. Anything unusual goes to `careful`."""
-        if pack is None:
-            return self._python_fill(buf)
-        fill = self._c_fill(buf, pack)
-
-        def checked(args: tuple, pending: list) -> None:
-            try:
-                fill(args, pending)
-            except (struct.error, OverflowError):
-                pending.clear()
-                self.careful(buf, args, pending)
-            except BaseException:
-                pending.clear()   # nothing will run: no Out copies to make
-                raise
-        return checked
+        return self._python_fill(buf) if pack is None else self._c_fill(buf, pack)
 
     def careful(self, buf: Any, args: tuple, pending: list) -> None:
         """The careful converters alone: they pack every argument or name what is wrong."""
@@ -153,41 +140,47 @@ class Packer:
         def fill(args: tuple, pending: list) -> None:
             if pack(spec, tokens, args, address, DeviceArray):
                 return self.careful(buf, args, pending)
-            for s, pack_into in rest:
-                pack_into(buf, s.offset, convert(s, args[s.index], device, pending))
+            try:
+                for s, pack_into in rest:
+                    pack_into(buf, s.offset, convert(s, args[s.index], device, pending))
+            except (struct.error, OverflowError):
+                pending.clear()
+                self.careful(buf, args, pending)
+            except BaseException:
+                pending.clear()   # nothing will run: no Out copies to make
+                raise
         return fill
 
     def _python_fill(self, buf: Any) -> Callable[[tuple, list], None]:
         device, pack_into, n = self.device, self.struct.pack_into, len(self.slots)
-        # per slot that needs a look, the common value it takes as is: a float for a float, a
-        # kjit array carrying its token for a typed pointer (then its address); ints go
-        # straight to pack_into, which refuses floats and out-of-range values. Anything else
-        # goes to the slot's careful converter.
-        tests = []
+        # the common values, tested inline: a kjit array carrying the slot's token for a typed
+        # pointer (then its address), a float for a float; ints go straight to pack_into, which
+        # refuses floats and out-of-range values. Anything else: the slot's careful converter.
+        typed, floats, rest = [], [], []
         for s in self.slots:
             c = s.ctype
             if c is not None and c.kind == "pointer" and c.typestr is not None:
-                tests.append((s.index, launch_key(c.typestr, device), s))
+                typed.append((s.index, launch_key(c.typestr, device), s))
             elif c is not None and c.kind == "float":
-                tests.append((s.index, float, s))
+                floats.append((s.index, s))
             elif c is None or c.kind not in ("int", "uint"):
-                tests.append((s.index, None, s))
-        tests_ = tuple(tests)
+                rest.append((s.index, s))
+        typed_, floats_, rest_ = tuple(typed), tuple(floats), tuple(rest)
 
         def fill(args: tuple, pending: list) -> None:
             if len(args) != n:
                 raise self.count_error(len(args))
             values = list(args)
             try:
-                for i, want, s in tests_:
+                for i, key, s in typed_:
                     a = values[i]
-                    if want is float:
-                        if type(a) is not float:
-                            values[i] = convert(s, a, device, pending)
-                    elif type(a) is DeviceArray and want is not None and a.launch_key is want:
-                        values[i] = a.ptr
-                    else:
-                        values[i] = convert(s, a, device, pending)
+                    values[i] = a.ptr if type(a) is DeviceArray and a.launch_key is key else \
+                        convert(s, a, device, pending)
+                for i, s in floats_:
+                    if type(values[i]) is not float:
+                        values[i] = convert(s, values[i], device, pending)
+                for i, s in rest_:
+                    values[i] = convert(s, values[i], device, pending)
                 pack_into(buf, 0, *values)
             except (struct.error, OverflowError):
                 pending.clear()
