@@ -115,9 +115,9 @@ class Kernel(_KernelBase):
         self._shared_limit = DEFAULT_SHARED_LIMIT
         self._c_launch = c_launch()
         self._current = current_context_fn()
-        # the packing step every configuration's launcher shares (this kernel's buffer): the
-        # C packer whenever it is built, whichever call launches
-        self._fill = self._packer.filler(self._buf, c_function("pack"))
+        # the packing step every configuration's launcher shares (this kernel's buffer); with
+        # KJIT_LAUNCH=bindings, or no C extension, Python alone packs as well as launches
+        self._fill = self._packer.filler(self._buf, c_function("pack") if self._c_launch else None)
         self._attributes: Attributes | None = None
 
     # --- introspection ----------------------------------------------------------------
