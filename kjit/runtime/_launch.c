@@ -5,7 +5,9 @@
  * The result code is returned as an int and checked by the caller like any driver result.
  * Two queries ride along (kjit/runtime/libcuda.py): the current context, asked before every
  * launch (the current device decides where a kernel runs), and the device that owns a
- * foreign pointer, which cuda.bindings 13.3-13.5 answer wrongly for every device but 0. */
+ * foreign pointer, which cuda.bindings 13.3-13.5 answer wrongly for every device but 0.
+ * The extension's other files sit below this one and call nothing in it: _foreign.c reads
+ * framework arrays for the packer, _tables.c serves k[config] and f[config]. */
 #include "_foreign.h"
 #include "_tables.h"
 #include <dlfcn.h>
