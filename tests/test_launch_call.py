@@ -285,3 +285,36 @@ def test_the_c_packer_reads_a_learned_foreign_array_type_and_declines_the_rest()
     for bad in (Tensorish(1, dtype="f64-dtype"), Tensorish(1, contiguous=False),
                 Tensorish(1, device=1), Tensorish(1, grad=True), object()):
         assert pack(spec, tokens, (bad,), where, KjitArray) == 1   # the Python path decides
+
+
+def test_the_c_packer_matches_a_dtype_equal_to_the_learned_one():
+    """An array whose dtype equals a learned one without being the same object (numpy makes
+    such dtypes) is still packed in C, and one of another dtype is still declined."""
+    import struct
+
+    from kjit.runtime.libcuda import c_function
+    pack, register = c_function("pack"), c_function("register_foreign")
+    if pack is None or register is None:
+        pytest.skip("the C extension (kjit/runtime/_launch.c) is not built")
+
+    class Dtype:
+        def __init__(self, name):
+            self.name = name
+
+        def __eq__(self, other):
+            return isinstance(other, Dtype) and other.name == self.name
+
+        def __hash__(self):
+            return hash(self.name)
+
+    class Arrayish:   # a learned CuPy-like array type: .dtype, ._c_contiguous, .data
+        def __init__(self, ptr, dtype):
+            self.dtype, self._c_contiguous = dtype, True
+            self.data = type("Memory", (), {"ptr": ptr, "device_id": 0})()
+
+    register(Arrayish, 2, Dtype("f4"), "<f4")
+    buf = ctypes.create_string_buffer(8)
+    spec, tokens = struct.pack("<ii", 20, 0), (("<f4", 0),)
+    assert pack(spec, tokens, (Arrayish(0x7000, Dtype("f4")),), ctypes.addressof(buf), type) == 0
+    assert struct.unpack("<Q", buf.raw)[0] == 0x7000
+    assert pack(spec, tokens, (Arrayish(0x7000, Dtype("f8")),), ctypes.addressof(buf), type) == 1

@@ -187,6 +187,11 @@ int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, i
     PyObject* typestr = NULL;   /* borrowed */
     for (int i = 0; i < n_dtypes && !typestr; i++)
         if (dtypes[i].dtype == dtype) typestr = dtypes[i].typestr;
+    for (int i = 0; i < n_dtypes && !typestr; i++) {   /* an equal dtype that is another object */
+        int eq = PyObject_RichCompareBool(dtypes[i].dtype, dtype, Py_EQ);
+        if (eq < 0) PyErr_Clear();
+        else if (eq) typestr = dtypes[i].typestr;
+    }
     Py_DECREF(dtype);
     PyObject* want = PyTuple_GET_ITEM(token, 0);
     if (!typestr || (typestr != want && PyUnicode_Compare(typestr, want) != 0)) {
