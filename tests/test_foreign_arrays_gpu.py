@@ -68,3 +68,35 @@ def test_a_tensor_that_requires_grad_gets_torchs_own_advice():
     k[1, 8](1.0, w.detach(), y, 8)
     torch.cuda.synchronize()
     assert y.cpu().tolist() == [2.0] * 8
+
+
+def test_a_learned_tensor_launch_never_enters_the_python_launcher(monkeypatch):
+    """After the first launch, a tensor launch given no stream is packed, streamed and launched
+    in C: the Python launcher (which would read the framework stream in Python) is not run,
+    and every tensor a kernel must not get still reaches it, to be refused by name."""
+    torch = pytest.importorskip("torch")
+    from kjit.runtime import launchers
+    k = kjit.load(kjit.compile(AXPY)).get_function("axpy")
+    x, y = torch.ones(256, device="cuda"), torch.zeros(256, device="cuda")
+    launch = k[2, 128]
+    assert type(launch).__name__ == "Launcher"
+    p = torch.nn.Parameter(torch.ones(256, device="cuda"), requires_grad=False)
+    launch(1.0, x, y, 256)   # the Python path learns torch.Tensor / float32
+    launch(1.0, p, y, 256)   # and torch.nn.Parameter
+    torch.cuda.synchronize()
+    entered = []
+    real = launchers.framework_stream
+    monkeypatch.setattr(launchers, "framework_stream", lambda *a: entered.append(1) or real(*a))
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        for _ in range(10):
+            launch(1.0, x, y, 256)
+        launch(1.0, p, y, 256)
+    s.synchronize()
+    assert entered == []
+    assert y.cpu().tolist() == [13.0] * 256
+    for bad, pattern in [(x.double(), "float64"), (torch.ones(512, device="cuda")[::2], "not C-contiguous"),
+                         (x.cpu(), "on cpu"), (x.clone().requires_grad_(), "requires grad")]:
+        with pytest.raises(ArgumentError, match=r"'x'.*" + pattern):
+            launch(1.0, bad, y, 256)
+    assert len(entered) == 4

@@ -260,7 +260,7 @@ def test_packed_saxpy_arguments_land_where_the_kernel_reads_them():
                           list(comgr.kernel_args(code)["saxpy"].args))
     packer = params.Packer("saxpy", slots, device=0)
     buf, _arr, _addr = packer.new_buffers()
-    packer.make_fill()(buf, [], 2.5, params.ptr(0x7F0000001000), params.ptr(0x7F0000002000), 1000)
+    packer.filler(buf)((2.5, params.ptr(0x7F0000001000), params.ptr(0x7F0000002000), 1000), [])
     hp = hip.HipParams(buf, size=packer.size)
     raw = ctypes.string_at(_extra_words(hp)[1], packer.size)
     assert struct.unpack_from("<f", raw, 0)[0] == 2.5

@@ -149,12 +149,32 @@ def test_c_packer_leaves_anything_unusual_to_python(index, value):
     assert pack(spec, tokens, tuple(args[:3]), ctypes.addressof(buf), DeviceArray) == -1
 
 
-def test_kernels_with_structs_keep_the_python_launcher():
+def test_kernels_with_structs_pack_numbers_in_c_and_structs_in_python():
+    """A struct parameter is converted by Python, the rest by the C packer, into one buffer;
+    the C launcher, which would launch with the struct unwritten, refuses such a kernel."""
+    import ctypes
+    import struct
+
     from kjit.runtime.cdecl import parse_signatures
+    from kjit.runtime.libcuda import c_function
     from kjit.runtime.params import Packer, layout
+    pack, make = c_function("pack"), c_function("launcher")
+    if pack is None:
+        pytest.skip("the C extension (kjit/runtime/_launch.c) is not built")
     sig = parse_signatures('extern "C" __global__ void k(float4 v, int n) {}')["k"]
     pk = Packer("k", layout([p.ctype for p in sig.params], [p.name for p in sig.params], None), 0)
-    assert pk.c_spec() is None
+    assert [s.name for s in pk.python_slots] == ["v"]
+    for with_c in (pack, None):
+        buf = ctypes.create_string_buffer(pk.size)
+        pk.filler(buf, with_c)(((1.0, 2.0, 3.0, 4.0), 7), [])
+        assert struct.unpack_from("<4fi", buf.raw) == (1.0, 2.0, 3.0, 4.0, 7)
+        with pytest.raises(ArgumentError, match=r"parameter 1 'n' \(int\)"):
+            pk.filler(buf, with_c)(((1.0, 2.0, 3.0, 4.0), 2**40), [])
+        with pytest.raises(ArgumentError, match=r"parameter 0 'v'"):
+            pk.filler(buf, with_c)(((1.0, 2.0), 7), [])
+    spec, tokens = pk.c_spec()
+    with pytest.raises(ValueError, match="every parameter"):
+        make(print, print, spec, tokens, type, [None], "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0, 0)
 
 
 # --- k[config] and f[config] in C (KernelBase / KernelFunctionBase) ------------------------
@@ -265,3 +285,36 @@ def test_the_c_packer_reads_a_learned_foreign_array_type_and_declines_the_rest()
     for bad in (Tensorish(1, dtype="f64-dtype"), Tensorish(1, contiguous=False),
                 Tensorish(1, device=1), Tensorish(1, grad=True), object()):
         assert pack(spec, tokens, (bad,), where, KjitArray) == 1   # the Python path decides
+
+
+def test_the_c_packer_matches_a_dtype_equal_to_the_learned_one():
+    """An array whose dtype equals a learned one without being the same object (numpy makes
+    such dtypes) is still packed in C, and one of another dtype is still declined."""
+    import struct
+
+    from kjit.runtime.libcuda import c_function
+    pack, register = c_function("pack"), c_function("register_foreign")
+    if pack is None or register is None:
+        pytest.skip("the C extension (kjit/runtime/_launch.c) is not built")
+
+    class Dtype:
+        def __init__(self, name):
+            self.name = name
+
+        def __eq__(self, other):
+            return isinstance(other, Dtype) and other.name == self.name
+
+        def __hash__(self):
+            return hash(self.name)
+
+    class Arrayish:   # a learned CuPy-like array type: .dtype, ._c_contiguous, .data
+        def __init__(self, ptr, dtype):
+            self.dtype, self._c_contiguous = dtype, True
+            self.data = type("Memory", (), {"ptr": ptr, "device_id": 0})()
+
+    register(Arrayish, 2, Dtype("f4"), "<f4")
+    buf = ctypes.create_string_buffer(8)
+    spec, tokens = struct.pack("<ii", 20, 0), (("<f4", 0),)
+    assert pack(spec, tokens, (Arrayish(0x7000, Dtype("f4")),), ctypes.addressof(buf), type) == 0
+    assert struct.unpack("<Q", buf.raw)[0] == 0x7000
+    assert pack(spec, tokens, (Arrayish(0x7000, Dtype("f8")),), ctypes.addressof(buf), type) == 1

@@ -118,3 +118,25 @@ def test_no_import_circles():
 @pytest.mark.parametrize("path", sorted(ROOT.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_module_over_450_lines(path):
     assert len(path.read_text().splitlines()) <= MAX_LINES
+
+
+# The C extension's files, lowest first: each may use what a lower one defines, never what a
+# higher one does, and includes only its own header (a header states its file's interface).
+C_LAYERS = ["runtime/_tables.c", "runtime/_foreign.c", "runtime/_launch.c"]
+
+
+def test_the_c_files_call_down_only():
+    import re
+    defined = {}
+    for c in C_LAYERS:
+        text = (ROOT / c).read_text()
+        defined[c] = set(re.findall(r"^\w[\w\s\*]*?\b(kjit_\w+)\s*\(", text, re.M))
+    for i, c in enumerate(C_LAYERS):
+        text = (ROOT / c).read_text()
+        used = set(re.findall(r"\b(kjit_\w+)\s*\(", text))
+        for higher in C_LAYERS[i + 1:]:
+            assert not used & defined[higher], f"{c} calls {sorted(used & defined[higher])} of {higher}"
+        own = Path(c).with_suffix(".h").name
+        includes = set(re.findall(r'#include "([^"]+)"', text))
+        allowed = {Path(lower).with_suffix(".h").name for lower in C_LAYERS[:i]} | {own}
+        assert includes <= allowed, f"{c} includes {sorted(includes - allowed)}"

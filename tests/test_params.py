@@ -20,6 +20,13 @@ def packer_for(src: str, name: str) -> Packer:
     return Packer(name, slots, device=0)
 
 
+def _packers() -> list:
+    """The packing step's two forms: the C packer when built, and Python alone (None)."""
+    from kjit.runtime.libcuda import c_function
+    pack = c_function("pack")
+    return [pack, None] if pack is not None else [None]
+
+
 SEED002 = r'''extern "C" __global__ void params(int i, float4 f4, char c, float f, float* out, float2 f2) {}'''
 
 
@@ -59,10 +66,10 @@ def test_struct_device_layout_differs_from_host():
 def test_float_goes_in_as_float32_and_int_as_int32():
     pk = packer_for(r'extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {}', "saxpy")
     assert pk.format == "<f4xQQi"   # x aligned to 8 after the float
-    fill = pk.make_fill()
-    buf = ctypes.create_string_buffer(pk.size)
-    fill(buf, [], 2.0, ptr(16), ptr(32), 7)
-    assert struct.unpack_from("<f4xQQi", buf.raw) == (2.0, 16, 32, 7)
+    for pack in _packers():
+        buf = ctypes.create_string_buffer(pk.size)
+        pk.filler(buf, pack)((2.0, ptr(16), ptr(32), 7), [])
+        assert struct.unpack_from("<f4xQQi", buf.raw) == (2.0, 16, 32, 7)
 
 
 @pytest.mark.parametrize("value, match", [
@@ -163,9 +170,9 @@ def test_array_on_another_device_is_refused():
     pk = packer_for(r'extern "C" __global__ void k(const float* x) {}', "k")   # runs on device 0
     with pytest.raises(ArgumentError, match="on device 1 but the kernel runs on device 0"):
         pk.convert_all((arr,), [])
-    fill = pk.make_fill()   # the generated fast path must not take it either
-    with pytest.raises(ArgumentError, match="device 1"):
-        fill(ctypes.create_string_buffer(pk.size), [], arr)
+    for pack in _packers():   # nor the packing step of a launch, in C or Python
+        with pytest.raises(ArgumentError, match="device 1"):
+            pk.filler(ctypes.create_string_buffer(pk.size), pack)((arr,), [])
 
 
 def test_pointer_to_pointer_takes_arrays_of_addresses():

@@ -4,6 +4,8 @@ tensors naming the parameter, the stream rule for mixed frameworks, and torch.co
 tracing into kjit (a graph break naming the operator route instead of a crash)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import kjit
@@ -144,8 +146,8 @@ def test_torch_compile_never_traces_into_a_kjit_launch():
 
     seen = []
     names = {"foreign_device": pointers.foreign_device, "seen": seen}
-    exec(compile("def launch(x, n):\n    seen.append(foreign_device(x, 0))\n",
-                 torch_compile.generated_filename("fake"), "exec"), names)
+    inside = os.path.join(torch_compile.PACKAGE_DIR, "runtime", "<a launcher>")   # a kjit file
+    exec(compile("def launch(x, n):\n    seen.append(foreign_device(x, 0))\n", inside, "exec"), names)
     k = Kernel.__new__(Kernel)   # a kernel with one configured launcher, no GPU needed
     k._configs = {(1, 32): torch_compile.launch_entry(names["launch"])}
 
@@ -194,7 +196,7 @@ def test_dynamo_skips_kjit_whichever_is_imported_first(order):
         "from kjit.decorator import KernelFunction",
         "f = inspect.getsourcefile(kjit.runtime.kernel)",
         "print(trace_rules.check_file(f).skipped, trace_rules.check_file(",
-        "      kjit.runtime.torch_compile.generated_filename('k')).skipped,",
+        "      inspect.getsourcefile(kjit.runtime.launchers)).skipped,",
         "      getattr(Kernel.__getitem__, '_torchdynamo_disable', False),",
         "      getattr(KernelFunction.__getitem__, '_torchdynamo_disable', False))"])
     root = str(Path(kjit.__file__).parents[1])

@@ -1,27 +1,124 @@
-#include "_launch.h"
+#include "_foreign.h"
+#include <string.h>
 
 /* PyTorch tensors and CuPy arrays in C. kjit's Python path learns each foreign array type
  * and element type the first time it converts one (register_foreign); from then on an array of
  * that type is written here when its element type and device match the parameter's token and
  * it is C-contiguous. Anything else, and every error, goes to the Python path.
  *
+ * An array is read through its type's own C accessors: when a type is learned, each attribute
+ * the packer reads (torch: dtype, requires_grad, is_contiguous(), get_device(), data_ptr())
+ * is looked up on the type once, and where it is a C getter or C method (torch._C.TensorBase's)
+ * the packer calls that directly instead of looking the name up on every launch. The type's
+ * version tag, which CPython changes whenever the type or a base is modified, guards the
+ * cache: a patched method is looked up again. Types with their own __getattribute__ or
+ * __getattr__, and accessors written in Python, are read through the ordinary attribute API.
+ *
  * A launch given no stream runs on the current stream of the framework whose arrays it
  * receives: the Python path registers each framework's getter (register_stream) when it
  * learns its array type, and kjit_framework_stream asks it here, with no Python frame. */
-static PyObject* foreign_kinds = NULL;    /* type -> FOREIGN_TORCH | FOREIGN_CUPY */
+
+enum { A_DTYPE, A_REQUIRES_GRAD, A_IS_CONTIGUOUS, A_GET_DEVICE, A_DATA_PTR,   /* torch */
+       A_C_CONTIGUOUS, A_DATA, N_ACCESSORS };                                  /* cupy */
+static const char* const accessor_names[N_ACCESSORS] = {
+    "dtype", "requires_grad", "is_contiguous", "get_device", "data_ptr", "_c_contiguous", "data"};
+static const int accessor_is_call[N_ACCESSORS] = {0, 0, 1, 1, 1, 0, 0};
+static PyObject* accessor_strs[N_ACCESSORS];
+
+#define MAX_TYPES 32     /* more learned array types than this stay on the Python path */
+#define MAX_DTYPES 64
+typedef struct {
+    PyTypeObject* type;
+    int kind;
+    unsigned int version;                 /* tp_version_tag the accessors were read at; 0: none */
+    PyObject* accessors[N_ACCESSORS];     /* C descriptors, NULL: through the attribute API */
+} ForeignType;
+static ForeignType types[MAX_TYPES];
+static int n_types = 0;
+static struct { PyObject* dtype; PyObject* typestr; } dtypes[MAX_DTYPES];   /* -> kjit typestr */
+static int n_dtypes = 0;
+
 static PyObject* stream_getters[3] = {NULL, NULL, NULL};   /* by kind: torch(device), cupy() */
-static PyObject* s_stream_ptr = NULL;
-static PyObject* dtype_typestrs = NULL;   /* a framework's dtype object -> kjit typestr */
-static PyObject *s_dtype, *s_is_contiguous, *s_get_device, *s_data_ptr, *s_requires_grad,
-                *s_c_contiguous, *s_data, *s_device_id, *s_ptr;
+static PyObject *s_device_id, *s_ptr, *empty_tuple;
+
+/* Look each accessor up on the type, keeping the C ones, and note the version they hold at. */
+static void resolve_accessors(ForeignType* ft) {
+    PyTypeObject* t = ft->type;
+    for (int i = 0; i < N_ACCESSORS; i++) Py_CLEAR(ft->accessors[i]);
+    ft->version = 0;
+    if (t->tp_getattro != PyObject_GenericGetAttr) return;   /* its own lookup decides */
+    for (int i = 0; i < N_ACCESSORS; i++) {
+        PyObject* d = PyObject_GetAttr((PyObject*)t, accessor_strs[i]);   /* the descriptor */
+        if (!d) { PyErr_Clear(); continue; }
+        int usable = accessor_is_call[i] ? Py_IS_TYPE(d, &PyMethodDescr_Type)
+                                         : Py_IS_TYPE(d, &PyGetSetDescr_Type);
+        if (usable) ft->accessors[i] = d;
+        else Py_DECREF(d);
+    }
+    ft->version = t->tp_version_tag;   /* 0 (none yet, or just modified): not used */
+}
+
+static ForeignType* foreign_type(PyTypeObject* t) {
+    for (int i = 0; i < n_types; i++)
+        if (types[i].type == t) return &types[i];
+    return NULL;
+}
+
+/* a C method of v's type called with no arguments, as its calling convention wants */
+static PyObject* call_method(PyMethodDef* m, PyObject* descr, PyObject* v) {
+    switch (m->ml_flags & (METH_VARARGS | METH_FASTCALL | METH_NOARGS | METH_O | METH_KEYWORDS | METH_METHOD)) {
+    case METH_NOARGS:
+        return m->ml_meth(v, NULL);
+    case METH_VARARGS:
+        return m->ml_meth(v, empty_tuple);
+    case METH_VARARGS | METH_KEYWORDS:
+        return ((PyCFunctionWithKeywords)(void (*)(void))m->ml_meth)(v, empty_tuple, NULL);
+    default:
+        return PyObject_Vectorcall(descr, &v, 1, NULL);
+    }
+}
+
+/* accessor `i` of `v` (a new reference), or NULL with an exception set */
+static PyObject* read_accessor(ForeignType* ft, int i, PyObject* v) {
+    unsigned int version = Py_TYPE(v)->tp_version_tag;   /* CPython sets 0 on a change */
+    if (version && version != ft->version)
+        resolve_accessors(ft);   /* the type or a base changed since: look them up again */
+    PyObject* d = version && version == ft->version ? ft->accessors[i] : NULL;
+    if (d && Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
+        PyGetSetDef* gs = ((PyGetSetDescrObject*)d)->d_getset;
+        return gs->get(v, gs->closure);
+    }
+    if (d) return call_method(((PyMethodDescrObject*)d)->d_method, d, v);
+    return accessor_is_call[i] ? PyObject_CallMethodNoArgs(v, accessor_strs[i])
+                               : PyObject_GetAttr(v, accessor_strs[i]);
+}
 
 PyObject* kjit_register_foreign(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
     if (nargs != 4 || !PyType_Check(a[0]) || !PyLong_Check(a[1]) || !PyUnicode_Check(a[3])) {
         PyErr_SetString(PyExc_TypeError, "register_foreign(type, kind, dtype, typestr)");
         return NULL;
     }
-    if (PyDict_SetItem(foreign_kinds, a[0], a[1]) < 0 || PyDict_SetItem(dtype_typestrs, a[2], a[3]) < 0)
+    long kind = PyLong_AsLong(a[1]);
+    if (kind != FOREIGN_TORCH && kind != FOREIGN_CUPY) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "register_foreign: kind is 1 (torch) or 2 (cupy)");
         return NULL;
+    }
+    PyTypeObject* t = (PyTypeObject*)a[0];
+    if (!foreign_type(t) && n_types < MAX_TYPES) {
+        ForeignType* ft = &types[n_types];
+        memset(ft, 0, sizeof *ft);
+        ft->type = (PyTypeObject*)Py_NewRef(t);
+        ft->kind = (int)kind;
+        resolve_accessors(ft);
+        n_types++;
+    }
+    int known = 0;
+    for (int i = 0; i < n_dtypes; i++) known |= dtypes[i].dtype == a[2];
+    if (!known && n_dtypes < MAX_DTYPES) {
+        dtypes[n_dtypes].dtype = Py_NewRef(a[2]);
+        dtypes[n_dtypes].typestr = Py_NewRef(a[3]);
+        n_dtypes++;
+    }
     Py_RETURN_NONE;
 }
 
@@ -42,7 +139,7 @@ static int stream_of(int kind, PyObject* device, void** out) {
     PyObject* fn = stream_getters[kind];
     if (!fn) return 0;
     PyObject* r = kind == FOREIGN_TORCH ? PyObject_CallOneArg(fn, device) : PyObject_CallNoArgs(fn);
-    if (r && kind == FOREIGN_CUPY) Py_SETREF(r, PyObject_GetAttr(r, s_stream_ptr));
+    if (r && kind == FOREIGN_CUPY) Py_SETREF(r, PyObject_GetAttr(r, s_ptr));
     if (!r) { PyErr_Clear(); return 0; }
     void* p = PyLong_Check(r) ? PyLong_AsVoidPtr(r) : NULL;
     int ok = PyLong_Check(r) && !(p == NULL && PyErr_Occurred());
@@ -66,12 +163,11 @@ int kjit_framework_stream(int seen, PyObject* device, void** out) {
     return 1;
 }
 
-/* a call or attribute as a C value; 0 (declined) on any error, which Python will report */
-static int get_long(PyObject* v, PyObject* name, int call, long long* out) {
-    PyObject* r = call ? PyObject_CallMethodNoArgs(v, name) : PyObject_GetAttr(v, name);
+/* a Python int or bool as a C value, consuming `r`; 0 (declined) on anything else */
+static int as_long(PyObject* r, long long* out) {
     if (!r) { PyErr_Clear(); return 0; }
     int ok = 1;
-    if (PyBool_Check(r)) *out = r == Py_True;
+    if (r == Py_True || r == Py_False) *out = r == Py_True;
     else if (PyLong_Check(r)) {
         *out = PyLong_AsLongLong(r);
         if (*out == -1 && PyErr_Occurred()) { PyErr_Clear(); ok = 0; }
@@ -84,51 +180,51 @@ static int get_long(PyObject* v, PyObject* name, int call, long long* out) {
  * *addr. A tensor that requires grad is declined unless `grad_ok` (a PyTorch operator's
  * implementation, which runs below autograd). */
 int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, int grad_ok) {
-    PyObject* kind_obj = PyDict_GetItemWithError(foreign_kinds, (PyObject*)Py_TYPE(v));
-    if (!kind_obj) { PyErr_Clear(); return 0; }
-    if (!PyTuple_Check(token) || PyTuple_GET_SIZE(token) != 2) return 0;
-    PyObject* dtype = PyObject_GetAttr(v, s_dtype);
+    ForeignType* ft = foreign_type(Py_TYPE(v));
+    if (!ft || !PyTuple_Check(token) || PyTuple_GET_SIZE(token) != 2) return 0;
+    PyObject* dtype = read_accessor(ft, A_DTYPE, v);
     if (!dtype) { PyErr_Clear(); return 0; }
-    PyObject* typestr = PyDict_GetItemWithError(dtype_typestrs, dtype);   /* borrowed */
+    PyObject* typestr = NULL;   /* borrowed */
+    for (int i = 0; i < n_dtypes && !typestr; i++)
+        if (dtypes[i].dtype == dtype) typestr = dtypes[i].typestr;
+    for (int i = 0; i < n_dtypes && !typestr; i++) {   /* an equal dtype that is another object */
+        int eq = PyObject_RichCompareBool(dtypes[i].dtype, dtype, Py_EQ);
+        if (eq < 0) PyErr_Clear();
+        else if (eq) typestr = dtypes[i].typestr;
+    }
     Py_DECREF(dtype);
-    if (!typestr) { PyErr_Clear(); return 0; }
-    int same = PyUnicode_Compare(typestr, PyTuple_GET_ITEM(token, 0));
-    if (same != 0) { PyErr_Clear(); return 0; }
+    PyObject* want = PyTuple_GET_ITEM(token, 0);
+    if (!typestr || (typestr != want && PyUnicode_Compare(typestr, want) != 0)) {
+        PyErr_Clear();
+        return 0;
+    }
     long long want_device = PyLong_AsLongLong(PyTuple_GET_ITEM(token, 1));
     if (want_device == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
     long long contiguous = 0, device = -1, ptr = 0;
-    int kind = (int)PyLong_AsLong(kind_obj);
-    if (kind == FOREIGN_TORCH) {
+    if (ft->kind == FOREIGN_TORCH) {
         long long grad = 1;
-        if (!grad_ok && (!get_long(v, s_requires_grad, 0, &grad) || grad)) return 0;   /* Python says why */
-        if (!get_long(v, s_is_contiguous, 1, &contiguous) || !get_long(v, s_get_device, 1, &device) ||
-                !get_long(v, s_data_ptr, 1, &ptr)) return 0;
+        if (!grad_ok && (!as_long(read_accessor(ft, A_REQUIRES_GRAD, v), &grad) || grad)) return 0;   /* Python says why */
+        if (!as_long(read_accessor(ft, A_IS_CONTIGUOUS, v), &contiguous) || !contiguous ||
+                !as_long(read_accessor(ft, A_GET_DEVICE, v), &device) || device != want_device ||
+                !as_long(read_accessor(ft, A_DATA_PTR, v), &ptr)) return 0;
     } else {
-        if (!get_long(v, s_c_contiguous, 0, &contiguous)) return 0;
-        PyObject* data = PyObject_GetAttr(v, s_data);
+        if (!as_long(read_accessor(ft, A_C_CONTIGUOUS, v), &contiguous) || !contiguous) return 0;
+        PyObject* data = read_accessor(ft, A_DATA, v);
         if (!data) { PyErr_Clear(); return 0; }
-        int ok = get_long(data, s_device_id, 0, &device) && get_long(data, s_ptr, 0, &ptr);
+        int ok = as_long(PyObject_GetAttr(data, s_device_id), &device) &&
+                 as_long(PyObject_GetAttr(data, s_ptr), &ptr);
         Py_DECREF(data);
-        if (!ok) return 0;
+        if (!ok || device != want_device) return 0;
     }
-    if (!contiguous || device != want_device) return 0;
     *addr = (unsigned long long)ptr;
-    return kind;
+    return ft->kind;
 }
 
 int kjit_foreign_init(void) {
-    foreign_kinds = PyDict_New();
-    dtype_typestrs = PyDict_New();
-    s_dtype = PyUnicode_InternFromString("dtype");
-    s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
-    s_get_device = PyUnicode_InternFromString("get_device");
-    s_data_ptr = PyUnicode_InternFromString("data_ptr");
-    s_requires_grad = PyUnicode_InternFromString("requires_grad");
-    s_c_contiguous = PyUnicode_InternFromString("_c_contiguous");
-    s_data = PyUnicode_InternFromString("data");
+    for (int i = 0; i < N_ACCESSORS; i++)
+        if (!(accessor_strs[i] = PyUnicode_InternFromString(accessor_names[i]))) return -1;
     s_device_id = PyUnicode_InternFromString("device_id");
     s_ptr = PyUnicode_InternFromString("ptr");
-    s_stream_ptr = s_ptr;
-    return foreign_kinds && dtype_typestrs && s_dtype && s_is_contiguous && s_get_device &&
-           s_data_ptr && s_requires_grad && s_c_contiguous && s_data && s_device_id && s_ptr ? 0 : -1;
+    empty_tuple = PyTuple_New(0);
+    return s_device_id && s_ptr && empty_tuple ? 0 : -1;
 }

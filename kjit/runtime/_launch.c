@@ -5,8 +5,11 @@
  * The result code is returned as an int and checked by the caller like any driver result.
  * Two queries ride along (kjit/runtime/libcuda.py): the current context, asked before every
  * launch (the current device decides where a kernel runs), and the device that owns a
- * foreign pointer, which cuda.bindings 13.3-13.5 answer wrongly for every device but 0. */
-#include "_launch.h"
+ * foreign pointer, which cuda.bindings 13.3-13.5 answer wrongly for every device but 0.
+ * The extension's other files sit below this one and call nothing in it: _foreign.c reads
+ * framework arrays for the packer, _tables.c serves k[config] and f[config]. */
+#include "_foreign.h"
+#include "_tables.h"
 #include <dlfcn.h>
 #include <math.h>
 #include <stddef.h>
@@ -17,8 +20,7 @@ typedef int (*launch_fn)(void*, unsigned, unsigned, unsigned, unsigned, unsigned
                          unsigned, void*, void**, void**);
 typedef int (*pointer_attrs_fn)(unsigned, int*, void**, unsigned long long);
 static launch_fn cu_launch = NULL;
-ctx_current_fn kjit_cu_ctx_current = NULL;
-#define cu_ctx_current kjit_cu_ctx_current
+static kjit_ctx_current_fn cu_ctx_current = NULL;
 static pointer_attrs_fn cu_pointer_attrs = NULL;
 
 static PyObject* bind(PyObject* self, PyObject* noargs) {
@@ -38,7 +40,8 @@ static PyObject* bind(PyObject* self, PyObject* noargs) {
                         "cuPointerGetAttributes");
         return NULL;
     }
-    cu_ctx_current = (ctx_current_fn)current_sym;
+    cu_ctx_current = (kjit_ctx_current_fn)current_sym;
+    kjit_tables_bind(cu_ctx_current);
     cu_pointer_attrs = (pointer_attrs_fn)attrs_sym;
     cu_launch = (launch_fn)launch_sym;   /* last: its being set means all three are */
     Py_RETURN_NONE;
@@ -129,7 +132,8 @@ static int put_int(char* dst, int kind, PyObject* v) {
     return 0;
 }
 
-/* Write args[0..n) into buf per spec. Returns 0 when every argument was written, 1 + the
+/* Write args[0..n) into buf per spec, all but the K_PYTHON slots. Returns 0 when every
+ * other argument was written, 1 + the
  * index of the first one the Python path must handle (anything unusual, and every error, is
  * left to it so that its message names the parameter), or -2 with an exception set. `seen`
  * collects the frameworks (1 << kind) of the foreign arrays written. */
@@ -143,6 +147,7 @@ static Py_ssize_t pack_args(const char* spec, Py_ssize_t n, PyObject* tokens,
         PyObject* v = args[i];
         char* dst = buf + offset;
         int ok = 0;
+        if (kind == K_PYTHON) continue;   /* the caller converts it */
         if (kind >= K_I8 && kind <= K_U64) {
             ok = put_int(dst, kind, v);
         } else if (kind == K_F32 || kind == K_F64) {
@@ -178,8 +183,8 @@ static Py_ssize_t pack_args(const char* spec, Py_ssize_t n, PyObject* tokens,
     return 0;
 }
 
-/* pack(spec, tokens, args, buffer_address, array_type) -> 0 when every argument was
- * written, -1 for a wrong count, else 1 + the index of the first argument the Python
+/* pack(spec, tokens, args, buffer_address, array_type) -> 0 when every argument but those
+ * of kind K_PYTHON was written, -1 for a wrong count, else 1 + the index of the first argument the Python
  * path must handle. spec: bytes of (int32 kind, int32 offset) per parameter; tokens: for
  * arrays, the interned (typestr, device) token a matching array carries. */
 static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
@@ -294,6 +299,14 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
                         "name, buffer, func, stream, params, gx, gy, gz, bx, by, bz, shared_mem, owner, "
                         "context, flags, device)");
         return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyBytes_GET_SIZE(a[2]) / 8; i++) {
+        int32_t kind;
+        memcpy(&kind, PyBytes_AS_STRING(a[2]) + 8 * i, 4);
+        if (kind == K_PYTHON) {   /* it would launch with that slot unwritten */
+            PyErr_SetString(PyExc_ValueError, "launcher: every parameter must be one the C packer writes");
+            return NULL;
+        }
     }
     unsigned long long v[14];
     for (int i = 0; i < 14; i++) {

@@ -1,4 +1,4 @@
-#include "_launch.h"
+#include "_tables.h"
 #include <stddef.h>
 #include <structmember.h>
 
@@ -9,6 +9,9 @@
 static PyTypeObject KernelBaseType;
 static PyObject* s_configure = NULL;
 static PyObject* s_getitem_slow = NULL;
+static kjit_ctx_current_fn ctx_current = NULL;   /* libcuda's cuCtxGetCurrent, once bound */
+
+void kjit_tables_bind(kjit_ctx_current_fn fn) { ctx_current = fn; }
 
 typedef struct {
     PyObject_HEAD
@@ -47,7 +50,7 @@ static PyObject* kernel_subscript(PyObject* self, PyObject* config) {
 static PyObject* function_subscript(PyObject* self, PyObject* config) {
     PyObject* table = ((TableBase*)self)->table;
     void* ctx = NULL;
-    if (table && PyDict_CheckExact(table) && kjit_cu_ctx_current && kjit_cu_ctx_current(&ctx) == 0 && ctx) {
+    if (table && PyDict_CheckExact(table) && ctx_current && ctx_current(&ctx) == 0 && ctx) {
         PyObject* key = PyLong_FromVoidPtr(ctx);
         if (!key) return NULL;
         PyObject* kernel = PyDict_GetItemWithError(table, key);   /* borrowed */

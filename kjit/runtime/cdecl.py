@@ -20,10 +20,6 @@ class CType(NamedTuple):
     const: bool = False                 # pointers: pointee is const
     count: int = 1                      # vectors: lanes
 
-    @property
-    def is_pointer(self) -> bool:
-        return self.kind == "pointer"
-
 
 def _scalar(name: str, typestr: str, kind: str) -> CType:
     size = dtypes.resolve(typestr)[1]

@@ -78,10 +78,6 @@ class Device:
         if err and err != drv.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
             driver.raise_for(err, "cuCtxEnablePeerAccess")
 
-    def make_current(self) -> None:
-        driver.set_default_device(self.ordinal)
-        driver.call(driver.bindings().cuCtxSetCurrent, self.context)
-
     def synchronize(self) -> None:
         with self:
             synchronize()

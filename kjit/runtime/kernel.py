@@ -1,8 +1,8 @@
 """Kernels: attributes, occupancy, and the launch path.
 
-`k[grid, block](*args)` returns a launcher cached per configuration; a launcher's code is
-generated once per kernel so that a launch converts and packs all arguments with one
-struct.pack_into into a buffer whose void** array the driver reads, then calls cuLaunchKernel.
+`k[grid, block](*args)` returns a launcher cached per configuration (`launchers.build`): a
+launch packs all arguments into the kernel's buffer, whose void** array the driver reads,
+then calls cuLaunchKernel.
 
 A Kernel is loaded in one context (one device). The context current in the launching thread
 decides where a launch runs: while another one is current (torch.cuda.device(1),
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import struct
 import threading
 from typing import Any, Callable, NamedTuple
 
@@ -24,11 +23,11 @@ from .. import driver
 from ..errors import ArgumentError, DriverError
 from . import context as context_mod
 from .libcuda import c_function, current_context_fn, extension
-from . import torch_compile
+from . import launchers, torch_compile
 from .launch_ex import _dim3, launch_ex
+from .launchers import AUTO_STREAM, GRAD_OK, launch_call
 from .memory import PendingCopies
 from .params import Packer, ParamSlot
-from .pointers import detach_grads
 from .stream import (OPERATOR_STREAM, as_handle, capture_hint, check_stream_context,
                      framework_stream)
 
@@ -48,9 +47,6 @@ def c_launch() -> Callable[..., int] | None:
 def cdiv(a: int, b: int) -> int:
     """Ceiling division: the number of blocks of size b that cover a items."""
     return -(-a // b)
-
-
-_AUTO_STREAM, _GRAD_OK = 1, 2   # launcher flags (kjit/runtime/_launch.c)
 
 
 class _PyKernelBase:
@@ -113,12 +109,15 @@ class Kernel(_KernelBase):
         self.params = tuple(slots)
         self._packer = Packer(name, slots, device)
         self._buf, self._ptrs, self._ptrs_addr = self._packer.new_buffers()
+        self._buf_addr = ctypes.addressof(self._buf)
         self._owner = threading.get_ident()
         self._configs: dict[Any, Callable] = {}
         self._shared_limit = DEFAULT_SHARED_LIMIT
         self._c_launch = c_launch()
         self._current = current_context_fn()
-        self._make = self._build_factory()
+        # the packing step every configuration's launcher shares (this kernel's buffer); with
+        # KJIT_LAUNCH=bindings, or no C extension, Python alone packs as well as launches
+        self._fill = self._packer.filler(self._buf, c_function("pack") if self._c_launch else None)
         self._attributes: Attributes | None = None
 
     # --- introspection ----------------------------------------------------------------
@@ -169,8 +168,8 @@ class Kernel(_KernelBase):
             return here[config]
         grid, block = _dim3(config[0], "grid"), _dim3(config[1], "block")
         given = config[2] if len(config) > 2 else None
-        flags = _AUTO_STREAM | _GRAD_OK if given is OPERATOR_STREAM else \
-            _AUTO_STREAM if given is None else 0
+        flags = AUTO_STREAM | GRAD_OK if given is OPERATOR_STREAM else \
+            AUTO_STREAM if given is None else 0
         stream = None   # none given: the arrays' framework's current stream, per launch
         if not flags:
             stream = as_handle(given)
@@ -179,7 +178,7 @@ class Kernel(_KernelBase):
             stream = int(stream) if self._c_launch else stream
         shared = config[3] if len(config) > 3 else 0
         self._check_shared(shared)
-        launcher = self._make(*grid, *block, shared, stream, config, flags)
+        launcher = launchers.build(self, self._fill, (*grid, *block), shared, stream, config, flags)
         if len(self._configs) >= _MAX_CONFIGS:
             self._configs.clear()
         try:
@@ -224,121 +223,12 @@ class Kernel(_KernelBase):
         return as_torch_op(self, name, grid=grid, block=block, shared_mem=shared_mem,
                            outputs=outputs)
 
-    # --- the generated fast path ------------------------------------------------------
-    def _build_factory(self) -> Callable:
-        spec = self._packer.c_spec() if self._c_launch else None
-        pack = c_function("pack") if spec is not None else None
-        if pack is not None:
-            return self._build_c_factory(pack, *spec)
-        return self._build_python_factory()
-
-    def _common_names(self) -> dict:
-        return dict(
-            get_ident=threading.get_ident, OWNER=self._owner, CURRENT=self._current, CTX=self._ctx,
-            ELSEWHERE=self._launch_elsewhere, Pending=PendingCopies, SLOW=self._fill_slow,
-            LAST=context_mod.last_launch, NAME=self.name, PARAMS=self._ptrs_addr,
-            FAILED=self._launch_failed, FINISH=self._finish, GRAD_OK=_GRAD_OK,
-            DETACH=detach_grads, STREAM_OF=framework_stream, DEVICE=self.device,
-            ENTRY=torch_compile.launch_entry)
-
-    def _build_c_factory(self, pack: Callable, spec: bytes, tokens: tuple) -> Callable:
-        """Every parameter is a number or a typed pointer: the C packer writes the common
-        values (exact ints and floats, matching kjit arrays) straight into the buffer and
-        hands anything else, every error included, to the Python converters."""
-        from .memory import DeviceArray
-        src = (
-            "def make(gx, gy, gz, bx, by, bz, shmem, stream, config, flags):\n"
-            "    pending = Pending(stream)   # this configuration's In/Out copies\n"
-            "    def launch(*args):\n"
-            "        if flags & GRAD_OK: args = DETACH(args)\n"
-            "        if get_ident() != OWNER or CURRENT() != CTX:\n"
-            "            return ELSEWHERE(args, config, gx, gy, gz, bx, by, bz, shmem, stream)\n"
-            "        s = stream if stream is not None else STREAM_OF(args, DEVICE, NAME)\n"
-            "        pending.stream = s\n"
-            "        if PACK(SPEC, TOKENS, args, BUFADDR, DeviceArray): SLOW(args, pending)\n"
-            "        LAST[0] = NAME\n"
-            "        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, s, PARAMS)\n"
-            "        if err: FAILED(err, gx, gy, gz, bx, by, bz, shmem, s, PARAMS, pending)\n"
-            "        if pending: FINISH(pending, s)\n"
-            "    if LAUNCHER is None: return ENTRY(launch)\n"
-            "    def failed(err, s): FAILED(err, gx, gy, gz, bx, by, bz, shmem, s, PARAMS, pending)\n"
-            "    return LAUNCHER(ENTRY(launch), failed, SPEC, TOKENS, DeviceArray, LAST, NAME, BUFADDR,\n"
-            "                    FUNC, stream or 0, PARAMS, gx, gy, gz, bx, by, bz, shmem, OWNER, CTX,\n"
-            "                    flags, DEVICE)\n")
-        names = dict(self._common_names(), LAUNCHER=c_function("launcher"), PACK=pack, SPEC=spec,
-                     TOKENS=tokens, BUFADDR=ctypes.addressof(self._buf), DeviceArray=DeviceArray,
-                     LAUNCH=self._c_launch, FUNC=int(self.handle))
-        self._source = src
-        exec(compile(src, torch_compile.generated_filename(self.name), "exec"), names)
-        return names["make"]
-
-    def _fill_slow(self, args: tuple, pending: PendingCopies) -> None:
-        """The Python converters for a launch the C packer declined: they write every
-        argument (In/Out copies go to `pending`) or raise an ArgumentError."""
-        try:
-            values = self._packer.convert_all(args, pending)
-            self._packer.struct.pack_into(self._buf, 0, *values)
-        except (struct.error, OverflowError):
-            pending.clear()
-            raise self._packer.diagnose(args) from None
-        except BaseException:
-            pending.clear()
-            raise
-
-    def _build_python_factory(self) -> Callable:
-        packer = self._packer
-        fill_src, names = packer.fast_source()
-        fill_body = fill_src.split("\n", 1)[1].rsplit("    pack_into(buf, 0", 1)
-        convert_lines, pack_tail = fill_body[0], "    pack_into(buf, 0" + fill_body[1]
-        n = len(self.params)
-        unpack = f"    {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = args\n" if n else ""
-        indent = lambda text: "\n".join("    " + ln if ln else ln for ln in text.splitlines())  # noqa: E731
-        src = (
-            "def make(gx, gy, gz, bx, by, bz, shmem, stream, config, flags):\n"
-            "    pending = Pending(stream)   # this configuration's In/Out copies\n"
-            "    def launch(*args):\n"
-            f"        if len(args) != {n}: raise COUNT(len(args))\n"
-            "        if flags & GRAD_OK: args = DETACH(args)\n"
-            "        if get_ident() != OWNER or CURRENT() != CTX:\n"
-            "            return ELSEWHERE(args, config, gx, gy, gz, bx, by, bz, shmem, stream)\n"
-            "        s = stream if stream is not None else TO_STREAM(STREAM_OF(args, DEVICE, NAME))\n"
-            "        pending.stream = s\n"
-            f"{indent(unpack)}\n"
-            "        buf = BUF\n"
-            "        try:\n"
-            f"{indent(indent(convert_lines))}\n"
-            f"{indent(indent(pack_tail.rstrip()))}\n"
-            "        except (StructError, OverflowError):\n"
-            "            pending.clear()\n"
-            "            SLOW(args, pending)  # the careful converters: they pack it or name what is wrong\n"
-            "        except BaseException:\n"
-            "            pending.clear()\n"
-            "            raise\n"
-            "        LAST[0] = NAME\n"
-            + ("        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, s, PARAMS)\n"
-               if self._c_launch else
-               "        err = LAUNCH(FUNC, gx, gy, gz, bx, by, bz, shmem, s, PARAMS, 0)[0]\n") +
-            "        if err: FAILED(err, gx, gy, gz, bx, by, bz, shmem, s, PARAMS, pending)\n"
-            "        if pending: FINISH(pending, s)\n"
-            "    return ENTRY(launch)\n")
-        names.update(self._common_names())
-        names.update(
-            COUNT=packer.count_error, BUF=self._buf, StructError=struct.error,
-            LAUNCH=self._c_launch or driver.bindings().cuLaunchKernel,
-            FUNC=int(self.handle) if self._c_launch else self.handle,
-            TO_STREAM=(lambda s: s) if self._c_launch else as_handle)
-        self._source = src
-        exec(compile(src, torch_compile.generated_filename(self.name), "exec"), names)
-        return names["make"]
-
     def _pack_slow(self, args: tuple, stream: Any) -> tuple[Any, Any, int, PendingCopies]:
+        """Fresh buffers filled by the careful converters: for a launch off the kernel's
+        first thread, which must not share its buffer."""
         pending = PendingCopies(stream)
-        values = self._packer.convert_all(args, pending)
         buf, ptrs, addr = self._packer.new_buffers()
-        try:
-            self._packer.struct.pack_into(buf, 0, *values)
-        except (struct.error, OverflowError):
-            raise self._packer.diagnose(args) from None
+        self._packer.careful(buf, args, pending)
         return buf, ptrs, addr, pending
 
     # --- launches off the fast path -----------------------------------------------------
@@ -362,11 +252,8 @@ class Kernel(_KernelBase):
             stream = stream if self._c_launch else as_handle(stream)
         buf, ptrs, addr, pending = self._pack_slow(args, stream)
         context_mod.last_launch[0] = self.name
-        if self._c_launch:
-            err = self._c_launch(int(self.handle), gx, gy, gz, bx, by, bz, shmem, int(stream), addr)
-        else:
-            (err,) = driver.bindings().cuLaunchKernel(self.handle, gx, gy, gz, bx, by, bz, shmem,
-                                                       stream, addr, 0)
+        call, func = launch_call(self)
+        err = call(func, gx, gy, gz, bx, by, bz, shmem, int(stream) if self._c_launch else stream, addr)
         if err:
             self._launch_failed(err, gx, gy, gz, bx, by, bz, shmem, stream, addr, pending)
         self._finish(pending, stream)

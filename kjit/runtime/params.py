@@ -45,8 +45,8 @@ def convert(slot: ParamSlot, value: Any, device: int, pending: list) -> Any:
 # --- the packer ---------------------------------------------------------------------
 
 class Packer:
-    """Builds, once per kernel, the buffer, the void** array into it, and a fill function that
-    converts and writes all arguments with one struct.pack_into call."""
+    """A kernel's parameter layout as one struct: builds the buffer and the void** array into
+    it, the C packer's spec, and the packing step of a launch (`filler`)."""
 
     def __init__(self, kernel_name: str, slots: list[ParamSlot], device: int):
         self.kernel_name = kernel_name
@@ -72,28 +72,35 @@ class Packer:
         arr = (ctypes.c_void_p * max(len(self.slots), 1))(*[base + s.offset for s in self.slots])
         return buf, arr, ctypes.addressof(arr)
 
-    # kinds of the C packer (kjit/runtime/_launch.c): 0 means "only Python can convert this"
+    # kinds of the C packer (kjit/runtime/_launch.c); 0: a slot only Python converts
     _C_KINDS = {("int", 1): 1, ("uint", 1): 2, ("int", 2): 3, ("uint", 2): 4, ("int", 4): 5,
                 ("uint", 4): 6, ("int", 8): 7, ("uint", 8): 8, ("float", 4): 10, ("float", 8): 11}
 
-    def c_spec(self) -> tuple[bytes, tuple] | None:
-        """(spec, tokens) for the C packer, or None when a parameter needs Python (structs,
-        vectors, bools, halves, pointers of unknown type): then the generated Python
-        launcher, which converts only those arguments the slow way, is faster."""
-        spec, tokens = [], []
-        for s in self.slots:
-            c = s.ctype
-            if c is None:
-                return None
-            if c.kind == "pointer" and c.typestr is not None:
-                kind, token = 20, launch_key(c.typestr, self.device)
-            else:
-                kind, token = self._C_KINDS.get((c.kind, c.size), 0), None
-            if kind == 0:
-                return None
-            spec.append(struct.pack("<ii", kind, s.offset))
-            tokens.append(token)
-        return b"".join(spec), tuple(tokens)
+    def c_kind(self, slot: ParamSlot) -> tuple[int, tuple | None]:
+        """(the C packer's kind for this slot, the token a matching array carries)."""
+        c = slot.ctype
+        if c is not None and c.kind == "pointer" and c.typestr is not None:
+            return 20, launch_key(c.typestr, self.device)
+        return (self._C_KINDS.get((c.kind, c.size), 0) if c is not None else 0), None
+
+    def c_spec(self) -> tuple[bytes, tuple]:
+        """(spec, tokens) for the C packer: bytes of (int32 kind, int32 offset) per parameter,
+        and per parameter the token of the arrays it takes. Kind 0 marks the slots only Python
+        converts (structs, vectors, bools, halves, pointers of unknown type): `python_slots`."""
+        kinds = [self.c_kind(s) for s in self.slots]
+        spec = b"".join(struct.pack("<ii", kind, s.offset) for (kind, _), s in zip(kinds, self.slots))
+        return spec, tuple(token for _, token in kinds)
+
+    @property
+    def python_slots(self) -> tuple[ParamSlot, ...]:
+        """The slots the C packer leaves to Python; none: the C launcher can launch alone."""
+        return tuple(s for s in self.slots if self.c_kind(s)[0] == 0)
+
+    @property
+    def pointer_indices(self) -> tuple[int, ...]:
+        """Indices of the parameters that may receive a framework's array (its stream matters)."""
+        return tuple(s.index for s in self.slots
+                     if s.ctype is not None and s.ctype.kind in ("pointer", "word64"))
 
     def convert_all(self, args: tuple, pending: list) -> list:
         if len(args) != len(self.slots):
@@ -105,49 +112,80 @@ class Packer:
         return ArgumentError(f"kernel {self.kernel_name} takes {len(self.slots)} arguments "
                              f"({names}), got {got}")
 
-    def fast_source(self) -> tuple[str, dict]:
-        """Python source of `fill(buf, a0, a1, ...)`: inline checks for the common types,
-        the careful converter for anything else."""
-        names = {"pack_into": self.struct.pack_into, "DeviceArray": DeviceArray, "ptr": ptr,
-                 "float": float, "int": int, "bool": bool, "type": type}
-        lines, values = [], []
+    def filler(self, buf: Any, pack: Callable | None = None) -> Callable[[tuple, list], None]:
+        """The packing step of a launch, `fill(args, pending)`: writes every argument into
+        `buf` (In/Out copies go to `pending`) or raises an ArgumentError naming the parameter.
+        With `pack`, the C packer (kjit/runtime/_launch.c), it writes the common values (exact
+        ints and floats, matching kjit arrays, learned framework arrays) and Python converts
+        the slots it leaves; without, per-slot checks in Python take the common values and
+        the careful converters the rest. Anything unusual goes to `careful`."""
+        return self._python_fill(buf) if pack is None else self._c_fill(buf, pack)
+
+    def careful(self, buf: Any, args: tuple, pending: list) -> None:
+        """The careful converters alone: they pack every argument or name what is wrong."""
+        try:
+            self.struct.pack_into(buf, 0, *self.convert_all(args, pending))
+        except (struct.error, OverflowError):
+            pending.clear()
+            raise self.diagnose(args) from None
+        except BaseException:
+            pending.clear()
+            raise
+
+    def _c_fill(self, buf: Any, pack: Callable) -> Callable[[tuple, list], None]:
+        spec, tokens = self.c_spec()
+        address, device = ctypes.addressof(buf), self.device
+        rest = tuple((s, struct.Struct("<" + slot_format(s)).pack_into) for s in self.python_slots)
+
+        def fill(args: tuple, pending: list) -> None:
+            if pack(spec, tokens, args, address, DeviceArray):
+                return self.careful(buf, args, pending)
+            try:
+                for s, pack_into in rest:
+                    pack_into(buf, s.offset, convert(s, args[s.index], device, pending))
+            except (struct.error, OverflowError):
+                pending.clear()
+                self.careful(buf, args, pending)
+            except BaseException:
+                pending.clear()   # nothing will run: no Out copies to make
+                raise
+        return fill
+
+    def _python_fill(self, buf: Any) -> Callable[[tuple, list], None]:
+        device, pack_into, n = self.device, self.struct.pack_into, len(self.slots)
+        # the common values, tested inline: a kjit array carrying the slot's token for a typed
+        # pointer (then its address), a float for a float; ints go straight to pack_into, which
+        # refuses floats and out-of-range values. Anything else: the slot's careful converter.
+        typed, floats, rest = [], [], []
         for s in self.slots:
-            a, v = f"a{s.index}", f"v{s.index}"
             c = s.ctype
             if c is not None and c.kind == "pointer" and c.typestr is not None:
-                # a contiguous kjit array of the right dtype on this device: one identity test
-                names[f"K{s.index}"] = launch_key(c.typestr, self.device)
-                lines.append(f"    {v} = {a}.ptr if type({a}) is DeviceArray and {a}.launch_key is K{s.index} "
-                             f"else CONVERT(SLOTS[{s.index}], {a}, DEVICE, pending)")
-            elif c is not None and c.kind == "pointer":
-                lines.append(f"    {v} = {a}.ptr if type({a}) is DeviceArray and {a}.launch_key is not None "
-                             f"and {a}.device == DEVICE else CONVERT(SLOTS[{s.index}], {a}, DEVICE, pending)")
-            elif c is not None and c.kind in ("int", "uint"):
-                # struct itself refuses floats and out-of-range ints (struct.error), and the
-                # careful path then names the parameter: ints go straight to pack_into
-                values.append(a)
-                continue
+                typed.append((s.index, launch_key(c.typestr, device), s))
             elif c is not None and c.kind == "float":
-                lines.append(f"    {v} = {a} if type({a}) is float else CONVERT(SLOTS[{s.index}], {a}, DEVICE, pending)")
-            else:
-                lines.append(f"    {v} = CONVERT(SLOTS[{s.index}], {a}, DEVICE, pending)")
-            values.append(v)
-        names.update(CONVERT=convert, SLOTS=self.slots, DEVICE=self.device)
-        args = ", ".join(f"a{s.index}" for s in self.slots)
-        body = "\n".join(lines) or "    pass"
-        src = (f"def fill(buf, pending{', ' if args else ''}{args}):\n{body}\n"
-               f"    pack_into(buf, 0{', ' if values else ''}{', '.join(values)})\n")
-        return src, names
+                floats.append((s.index, s))
+            elif c is None or c.kind not in ("int", "uint"):
+                rest.append((s.index, s))
+        typed_, floats_, rest_ = tuple(typed), tuple(floats), tuple(rest)
 
-    def make_fill(self) -> Callable:
-        src, names = self.fast_source()
-        exec(compile(src, f"<kjit fill {self.kernel_name}>", "exec"), names)
-        return names["fill"]
-
-    def diagnose(self, args: tuple) -> ArgumentError:
-        """After pack_into refused a value: the careful path names the parameter and why."""
-        try:
-            self.convert_all(args, [])
-        except ArgumentError as exc:
-            return exc
-        return ArgumentError(f"kernel {self.kernel_name}: an argument could not be packed")
+        def fill(args: tuple, pending: list) -> None:
+            if len(args) != n:
+                raise self.count_error(len(args))
+            values = list(args)
+            try:
+                for i, key, s in typed_:
+                    a = values[i]
+                    values[i] = a.ptr if type(a) is DeviceArray and a.launch_key is key else \
+                        convert(s, a, device, pending)
+                for i, s in floats_:
+                    if type(values[i]) is not float:
+                        values[i] = convert(s, values[i], device, pending)
+                for i, s in rest_:
+                    values[i] = convert(s, values[i], device, pending)
+                pack_into(buf, 0, *values)
+            except (struct.error, OverflowError):
+                pending.clear()
+                self.careful(buf, args, pending)
+            except BaseException:
+                pending.clear()   # nothing will run: no Out copies to make
+                raise
+        return fill

@@ -6,8 +6,8 @@ compile. So, without importing torch:
 
 - kjit's package directory is added to Dynamo's skip list as soon as Dynamo is imported (an
   import hook waits for it): a kjit function met while tracing is a graph break and runs
-  eagerly, and no kjit frame is ever compiled. Generated launchers carry file names inside
-  the package so the same rule covers them.
+  eagerly, and no kjit frame is ever compiled. Launchers are closures defined in kjit's
+  modules (kjit/runtime/launchers.py), so the same rule covers them.
 - Every launch entry point (`k[...]`, `f[...]`, `.launch`, a configured launcher) is marked
   the way `torch.compiler.disable(reason=...)` marks a function, so the graph break (or the
   fullgraph=True error) says what to do instead: make the kernel an operator
@@ -48,12 +48,6 @@ def visible_subscript(cls: type, getitem: Callable) -> None:
     _subscripts.append((cls, launch_entry(getitem)))
     if _TRACE_RULES in sys.modules:
         cls.__getitem__ = _subscripts[-1][1]   # type: ignore[method-assign]
-
-
-def generated_filename(kernel: str) -> str:
-    """The file name of a kernel's generated launcher: inside kjit's package directory, so
-    Dynamo's skip list covers it as it covers kjit's modules."""
-    return os.path.join(PACKAGE_DIR, "runtime", f"<kjit launch {kernel}>")
 
 
 def _skip_kjit(trace_rules: Any) -> None:

@@ -1,0 +1,92 @@
+"""A launcher built from a kernel's parts (kjit/runtime/launchers.py), run on the CPU with a
+stand-in launch call: what reaches the driver (the packed buffer, the stream, the grid) and
+what is refused before it, through the C launcher's Python form and the Python form alone."""
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from kjit.errors import ArgumentError
+from kjit.runtime import launchers, stream as stream_mod
+from kjit.runtime.cdecl import parse_signatures
+from kjit.runtime.libcuda import c_function
+from kjit.runtime.memory import DeviceArray
+from kjit.runtime.params import Packer, layout
+
+SRC = 'extern "C" __global__ void k(float a, const float* x, float* y, int n) {}'
+
+
+class CupyLike:   # a CuPy array as far as kjit can tell without CuPy (no device memory)
+    __module__ = "cupy._core.core"
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"data": (self.ptr, False), "typestr": "<f4", "shape": (4,), "version": 3}
+
+    def __dlpack_device__(self):
+        return (2, 0)   # CUDA device 0
+
+
+def _kernel(pack):
+    sig = parse_signatures(SRC)["k"]
+    packer = Packer("k", layout([p.ctype for p in sig.params], [p.name for p in sig.params], None), 0)
+    buf, ptrs, addr = packer.new_buffers()
+    calls = []
+
+    def launch(func, gx, gy, gz, bx, by, bz, shared, s, params):
+        calls.append((func, (gx, gy, gz, bx, by, bz), shared, s, params,
+                      struct.unpack_from(packer.format, buf.raw)))
+        return 0
+
+    k = SimpleNamespace(
+        name="k", device=0, handle=0x99, params=tuple(packer.slots), _packer=packer, _buf=buf,
+        _buf_addr=ctypes.addressof(buf), _ptrs_addr=addr, _owner=threading.get_ident(),
+        _current=lambda: 1, _ctx=1, _c_launch=launch, _launch_elsewhere=None,
+        _launch_failed=None, _finish=lambda pending, s: None)
+    return k, packer.filler(buf, pack), calls
+
+
+@pytest.mark.parametrize("pack", [c_function("pack"), None], ids=["c packer", "python"])
+def test_a_launcher_packs_every_argument_and_launches_once(pack, monkeypatch):
+    k, fill, calls = _kernel(pack)
+    x = DeviceArray(4, np.float32, ptr=0x7000, device=0)
+    y = DeviceArray(4, np.float32, ptr=0x8000, device=0)
+    run = launchers.build(k, fill, (2, 1, 1, 32, 1, 1), 16, None, (2, 32), launchers.AUTO_STREAM)
+    run(2.5, x, y, 7)
+    assert calls == [(0x99, (2, 1, 1, 32, 1, 1), 16, 0, k._ptrs_addr, (2.5, 0x7000, 0x8000, 7))]
+    # a framework's array: its current stream, read per launch
+    monkeypatch.setattr(stream_mod, "current_stream", lambda kind, device: 0x10)
+    run(1.0, CupyLike(0x5000), y, 3)
+    assert calls[-1][3] == 0x10 and calls[-1][5] == (1.0, 0x5000, 0x8000, 3)
+    # a named stream is kept whatever the arrays
+    named = launchers.build(k, fill, (1, 1, 1, 1, 1, 1), 0, 0x20, (1, 1, 0x20), 0)
+    named(1.0, CupyLike(0x5000), y, 3)
+    assert calls[-1][3] == 0x20
+    # refused before anything is launched, naming the parameter
+    for args, pattern in [((2.5, x, y), r"takes 4 arguments \(a, x, y, n\), got 3"),
+                          ((2.5, x, y, 2**31), r"parameter 3 'n' \(int\)"),
+                          ((2.5, DeviceArray(4, np.int32, ptr=0x7000, device=0), y, 1), r"parameter 1 'x'.*int32"),
+                          (("2", x, y, 1), r"parameter 0 'a' \(float\)")]:
+        with pytest.raises(ArgumentError, match=pattern):
+            run(*args)
+    assert len(calls) == 3
+
+
+def test_the_c_launcher_is_the_fast_form_only_where_c_packs_everything():
+    if c_function("launcher") is None:
+        pytest.skip("the C extension (kjit/runtime/_launch.c) is not built")
+    k, fill, _ = _kernel(c_function("pack"))
+    run = launchers.build(k, fill, (1, 1, 1, 1, 1, 1), 0, None, (1, 1), launchers.AUTO_STREAM)
+    assert type(run).__name__ == "Launcher"
+    sig = parse_signatures('extern "C" __global__ void k(float4 v, int n) {}')["k"]
+    k._packer = Packer("k", layout([p.ctype for p in sig.params], [p.name for p in sig.params], None), 0)
+    run = launchers.build(k, fill, (1, 1, 1, 1, 1, 1), 0, None, (1, 1), launchers.AUTO_STREAM)
+    assert type(run).__name__ == "function"

@@ -1,0 +1,94 @@
+"""The C packer with real PyTorch tensors, on the CPU: it writes a learned tensor type's
+address read through torch's own C accessors, declines (for the Python path to name the
+parameter and say what to do) every tensor a kernel must not get, and follows a tensor type
+whose accessors are replaced after it was learned."""
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import pytest
+
+from kjit.errors import ArgumentError
+from kjit.runtime.libcuda import c_function
+from kjit.runtime.memory import DeviceArray
+
+torch = pytest.importorskip("torch")
+pack, register = c_function("pack"), c_function("register_foreign")
+if pack is None:
+    pytest.skip("the C extension (kjit/runtime/_launch.c) is not built", allow_module_level=True)
+
+SPEC = struct.pack("<ii", 20, 0)   # one typed pointer at offset 0
+CPU_F32 = (("<f4", -1),)           # a token a CPU tensor matches: float32 on "device -1"
+
+
+def _pack(value, tokens=CPU_F32):
+    buf = ctypes.create_string_buffer(8)
+    r = pack(SPEC, tokens, (value,), ctypes.addressof(buf), DeviceArray)
+    return r, struct.unpack("<Q", buf.raw)[0]
+
+
+@pytest.fixture(autouse=True)
+def learned():
+    for cls in (torch.Tensor, torch.nn.Parameter):
+        register(cls, 1, torch.float32, "<f4")
+        register(cls, 1, torch.float64, "<f8")
+
+
+def test_a_learned_tensor_is_written_in_c():
+    t = torch.ones(16)
+    assert _pack(t) == (0, t.data_ptr())
+    p = torch.nn.Parameter(torch.ones(4), requires_grad=False)
+    assert _pack(p) == (0, p.data_ptr())
+    t.set_(torch.zeros(32))   # storage swapped in place: the new address, never a cached one
+    assert _pack(t) == (0, t.data_ptr())
+
+
+@pytest.mark.parametrize("why, value", [
+    ("another element type", lambda: torch.ones(4, dtype=torch.float64)),
+    ("an element type never learned", lambda: torch.ones(4, dtype=torch.int16)),
+    ("a strided view", lambda: torch.ones(4, 2)[:, 0]),
+    ("requires grad", lambda: torch.ones(4, requires_grad=True)),
+    ("a parameter that requires grad", lambda: torch.nn.Parameter(torch.ones(4))),
+])
+def test_what_a_kernel_must_not_get_is_left_to_the_python_path(why, value):
+    assert _pack(value())[0] == 1, why
+
+
+def test_a_tensor_on_another_device_than_the_kernels_is_declined():
+    assert _pack(torch.ones(4), tokens=(("<f4", 0),))[0] == 1   # a CPU tensor, a device-0 kernel
+
+
+def test_replaced_accessors_are_followed():
+    class Tracked(torch.Tensor):
+        pass
+
+    register(Tracked, 1, torch.float32, "<f4")
+    t = torch.ones(4).as_subclass(Tracked)
+    assert _pack(t) == (0, t.data_ptr())
+    Tracked.data_ptr = lambda self: 0x1234
+    Tracked.is_contiguous = lambda self, memory_format=None: True
+    assert _pack(t) == (0, 0x1234)
+    del Tracked.data_ptr
+    assert _pack(t) == (0, torch.Tensor.data_ptr(t))
+    Tracked.is_contiguous = lambda self, memory_format=None: False
+    assert _pack(t)[0] == 1
+
+
+def test_the_python_path_names_the_parameter_for_what_c_declined():
+    from kjit.runtime.cdecl import parse_signatures
+    from kjit.runtime.params import convert
+    from kjit.runtime.slots import ParamSlot
+    from kjit.runtime.pointers import tensor_pointer
+    sig = parse_signatures('extern "C" __global__ void k(const float* x, int n) {}')["k"]
+    slot = ParamSlot(0, "x", 0, 8, sig.params[0].ctype)
+    with pytest.raises(ArgumentError, match=r"parameter 0 'x' \(const float\*\): got a tensor on "
+                                            r"cpu.*x\.to\('cuda:0'\)"):
+        convert(slot, torch.ones(4), 0, [])
+    meta = torch.ones(4, device="meta")   # checked as if on the kernel's device
+    for value, pattern in [
+            (meta.double(), r"'x'.*holds torch\.float64.*reads float32.*x\.to\(torch\.float32\)"),
+            (torch.ones(4, 2, device="meta")[:, 0], r"'x'.*not C-contiguous.*x\.contiguous\(\)"),
+            (meta.requires_grad_(), r"'x'.*requires grad.*x\.detach\(\).*as_torch_op")]:
+        with pytest.raises(ArgumentError, match=pattern):
+            tensor_pointer(slot, value, 0, check_only=True)
