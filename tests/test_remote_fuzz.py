@@ -8,8 +8,10 @@ import tracemalloc
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kjit.cache import admin, entry, redis_backend, remote, shared
-from kjit.objectcode import ObjectCode
+pytest.importorskip("redis", reason="the Redis backend's guard needs redis-py: pip install 'kjit[redis]'")
+
+from kjit.cache import admin, entry, redis_backend, remote, shared  # noqa: E402
+from kjit.objectcode import ObjectCode  # noqa: E402
 
 KEY = "ab" * 32
 SECRET = b"fuzz secret"
