@@ -7,7 +7,8 @@
  * it is C-contiguous. Anything else, and every error, goes to the Python path.
  *
  * An array is read through its type's own C accessors: when a type is learned, each attribute
- * the packer reads (torch: dtype, requires_grad, is_contiguous(), get_device(), data_ptr())
+ * the packer reads (torch: dtype, requires_grad, is_contiguous(), get_device() or is_cuda,
+ * data_ptr())
  * is looked up on the type once, and where it is a C getter or C method (torch._C.TensorBase's)
  * the packer calls that directly instead of looking the name up on every launch. The type's
  * version tag, which CPython changes whenever the type or a base is modified, guards the
@@ -18,11 +19,16 @@
  * receives: the Python path registers each framework's getter (register_stream) when it
  * learns its array type, and kjit_framework_stream asks it here, with no Python frame. */
 
-enum { A_DTYPE, A_REQUIRES_GRAD, A_IS_CONTIGUOUS, A_GET_DEVICE, A_DATA_PTR,   /* torch */
-       A_C_CONTIGUOUS, A_DATA, N_ACCESSORS };                                  /* cupy */
+enum { A_DTYPE, A_REQUIRES_GRAD, A_IS_CONTIGUOUS, A_GET_DEVICE, A_IS_CUDA, A_DATA_PTR,   /* torch */
+       A_C_CONTIGUOUS, A_DATA, N_ACCESSORS };                                             /* cupy */
 static const char* const accessor_names[N_ACCESSORS] = {
-    "dtype", "requires_grad", "is_contiguous", "get_device", "data_ptr", "_c_contiguous", "data"};
-static const int accessor_is_call[N_ACCESSORS] = {0, 0, 1, 1, 1, 0, 0};
+    "dtype", "requires_grad", "is_contiguous", "get_device", "is_cuda", "data_ptr", "_c_contiguous",
+    "data"};
+static const int accessor_is_call[N_ACCESSORS] = {0, 0, 1, 1, 0, 1, 0, 0};
+/* With one CUDA device in the process, a tensor on CUDA is on device 0: the `is_cuda` getter
+ * answers that for a fraction of get_device()'s argument parsing. */
+static int single_device = 0;
+void kjit_foreign_single_device(int single) { single_device = single; }
 static PyObject* accessor_strs[N_ACCESSORS];
 
 #define MAX_TYPES 32     /* more learned array types than this stay on the Python path */
@@ -204,8 +210,13 @@ int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, i
     if (ft->kind == FOREIGN_TORCH) {
         long long grad = 1;
         if (!grad_ok && (!as_long(read_accessor(ft, A_REQUIRES_GRAD, v), &grad) || grad)) return 0;   /* Python says why */
-        if (!as_long(read_accessor(ft, A_IS_CONTIGUOUS, v), &contiguous) || !contiguous ||
-                !as_long(read_accessor(ft, A_GET_DEVICE, v), &device) || device != want_device ||
+        long long on_cuda = 0;
+        if (!as_long(read_accessor(ft, A_IS_CONTIGUOUS, v), &contiguous) || !contiguous) return 0;
+        if (single_device) {
+            if (!as_long(read_accessor(ft, A_IS_CUDA, v), &on_cuda)) return 0;
+            device = on_cuda ? 0 : -1;
+        } else if (!as_long(read_accessor(ft, A_GET_DEVICE, v), &device)) return 0;
+        if (device != want_device ||
                 !as_long(read_accessor(ft, A_DATA_PTR, v), &ptr)) return 0;
     } else {
         if (!as_long(read_accessor(ft, A_C_CONTIGUOUS, v), &contiguous) || !contiguous) return 0;
