@@ -135,8 +135,10 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
         results[i] = _from_reply(reply, items[i][1]) if isinstance(reply, dict) else reply
         tracker.done(miss=True)
 
+    repeats = _prologue_repeats(items, size)
+
     def send(i: int) -> None:
-        jobs.put((i, _request(items[i])))
+        jobs.put((i, _request(items[i], repeats[i])))
 
     try:
         for i, (kw, _) in enumerate(items):
@@ -165,14 +167,30 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
             t.join()
 
 
-def _request(item: tuple[dict, Any]) -> str:
+def _request(item: tuple[dict, Any], pch_repeat: bool = False) -> str:
     import json
     kw, req = item
     opts = {k: pool_mod.jsonable(v) for k, v in req.options.as_dict().items()}
     return json.dumps({"source": req.source, "name": req.name, "arch": req.arch,
                        "target": req.target, "options": opts,
                        "name_expressions": list(req.name_expressions),
-                       "backend": req.backend, "cache": bool(kw["cache"])})
+                       "backend": req.backend, "cache": bool(kw["cache"]),
+                       "pch_repeat": pch_repeat})
+
+
+def _prologue_repeats(items: list, size: int) -> list[bool]:
+    """Per item: whether enough items share its include prologue and options that each
+    worker will likely compile two or more of them, so that a precompiled header pays from
+    a worker's first one (compiler/pch.py)."""
+    from collections import Counter
+    from .pch import prologue
+    groups = []
+    for kw, req in items:
+        text = prologue(req.source) if req.backend == "cuda" else None
+        groups.append(None if text is None else _request((kw, req._replace(source=text))))
+    counts = Counter(g for g in groups if g is not None)
+    workers = max(1, min(size, len(items)))
+    return [g is not None and counts[g] >= 2 * workers for g in groups]
 
 
 def _from_reply(reply: dict, req: Any) -> Any:

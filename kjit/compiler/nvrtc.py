@@ -7,7 +7,7 @@ import time
 from typing import Any, Sequence
 
 from ..errors import KjitError
-from . import observe
+from . import observe, pch
 from .diagnostics import compile_error
 from .options import CompileOptions, nvrtc_flags
 from .search import SearchPath
@@ -78,20 +78,40 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
     flags = nvrtc_flags(options, arch, target) + [f"-I{d}" for d in path.automatic_dirs]
     headers = path.headers
     t0 = time.perf_counter()
-    err, prog = nvrtc.nvrtcCreateProgram(
-        source.encode(), name.encode(), len(headers),
-        [h.encode() for h in headers.values()], [k.encode() for k in headers])
-    _check(err, "nvrtcCreateProgram")
+    # -I flags in `extra` given relative follow the working directory: not anchors
+    anchored = path.dirs if not path.relative else tuple(options.include_dirs) + path.automatic_dirs
+
+    def run(pch_flags: list, ignore: tuple) -> tuple[Any, Any, str]:
+        err, prog = nvrtc.nvrtcCreateProgram(
+            source.encode(), name.encode(), len(headers),
+            [h.encode() for h in headers.values()], [k.encode() for k in headers])
+        _check(err, "nvrtcCreateProgram")
+        try:
+            for expr in name_expressions:
+                (err,) = nvrtc.nvrtcAddNameExpression(prog, expr.encode())
+                _check(err, f"nvrtcAddNameExpression({expr!r})")
+            all_flags = [f.encode() for f in pch_flags + flags]  # PCH flags must come first
+            # what it reads keys the cache (observe.py)
+            with observe.recording("cuda", name, ignore=ignore, anchored=anchored):
+                (result,) = nvrtc.nvrtcCompileProgram(prog, len(all_flags), all_flags)
+            log = _read(prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log")
+        except BaseException:
+            nvrtc.nvrtcDestroyProgram(prog)
+            raise
+        return prog, result, log.rstrip(b"\0").decode("utf-8", "replace")
+
+    # --- precompiled headers (pch.py): used where one serves, else a plain compile ---
+    with pch.attempt(source, name, flags, headers, anchored) as use:
+        prog, result, log_text = run(use.flags if use else [], use.ignore if use else ())
+        if use is not None:
+            kept = use.finish(log_text)
+            if kept is None:  # NVRTC refused the PCH (counted): compile without it
+                nvrtc.nvrtcDestroyProgram(prog)
+                prog, result, log_text = run([], ())
+            else:
+                log_text = kept
+    # --- end of precompiled headers ---
     try:
-        for expr in name_expressions:
-            (err,) = nvrtc.nvrtcAddNameExpression(prog, expr.encode())
-            _check(err, f"nvrtcAddNameExpression({expr!r})")
-        # -I flags in `extra` given relative follow the working directory: not anchors
-        anchored = path.dirs if not path.relative else tuple(options.include_dirs) + path.automatic_dirs
-        with observe.recording("cuda", name, anchored=anchored):  # what it reads keys the cache (observe.py)
-            (result,) = nvrtc.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
-        log = _read(prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log")
-        log_text = log.rstrip(b"\0").decode("utf-8", "replace")
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             _, text = nvrtc.nvrtcGetErrorString(result)
             message = f"NVRTC could not compile {name} for {arch} ({text.decode()})"

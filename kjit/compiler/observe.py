@@ -210,6 +210,14 @@ def recording(backend: str, source_name: str = "", ignore: tuple[str, ...] = (),
         sink.append(classify(records, source_name=source_name, ignore=ignore, anchored=anchored))
 
 
+def add(obs: Observation) -> None:
+    """Count `obs` as read by this thread's compile being collected, if any: the files a
+    precompiled header it used was built from (compiler/pch.py)."""
+    sink = getattr(_tls, "sink", None)
+    if sink is not None:
+        sink.append(obs)
+
+
 def merge(observations: list) -> Observation:
     """One Observation for several compiles of one request (hiprtc: one per target)."""
     if len(observations) == 1:

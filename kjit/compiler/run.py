@@ -17,6 +17,7 @@ def compiler_version(backend: str) -> str:
 def compile_uncached(req: CompileRequest) -> ObjectCode:
     """Run the compiler for a validated request, searching includes where search.py says."""
     path = search.for_options(req.options, req.backend)
+    extra: dict = {}
     if req.backend == "hip":
         from . import hiprtc
         code, log, symbols, ms = hiprtc.compile_source(
@@ -27,9 +28,12 @@ def compile_uncached(req: CompileRequest) -> ObjectCode:
         code, log, symbols, ms = nvrtc.compile_source(
             req.source, name=req.name, arch=req.arch, target=req.target, options=req.options,
             name_expressions=req.name_expressions, search=path)
+        from .pch import note  # how a precompiled header served this compile, if one did
+        used = note()
+        extra = {"pch": used} if used else {}
     return ObjectCode(code, kind=req.target, arch=req.arch, log=log, symbols=symbols,
                       name=req.name, metadata={
                           "compiler": compiler_version(req.backend), "compile_ms": round(ms, 3),
                           "options": req.options.describe(), "backend": req.backend,
                           "name_expressions": list(req.name_expressions),
-                          "declarations": declarations.extract(req.source)})
+                          "declarations": declarations.extract(req.source), **extra})
