@@ -220,3 +220,25 @@ def test_directory_of_a_killed_process_is_swept(tmp_path, monkeypatch):
     alive.mkdir()
     pch._sweep(str(tmp_path))
     assert not left.exists() and alive.exists()
+
+
+def test_heap_grows_to_what_nvrtc_says_it_needs(tmp_path):
+    code = textwrap.dedent("""
+        import json, kjit
+        from cuda.bindings import nvrtc
+        from kjit.compiler import pch
+        pch.HEAP_MIN = 1 << 20
+        nvrtc.nvrtcSetPCHHeapSize(1 << 20)     # far too small for <cuda/std/cstdint>
+        src = '#include <cuda/std/cstdint>\\nextern "C" __global__ void k(int* x) {{ x[0] = {}; }}\\n'
+        objs = [kjit.compile(src.format(i), arch="sm_90") for i in range(3)]
+        print(json.dumps({"pch": [o.metadata.get("pch") for o in objs], "stats": pch.stats(),
+                          "heap": nvrtc.nvrtcGetPCHHeapSize()[1]}))
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), KJIT_CACHE_DIR=str(tmp_path / "cache"))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    seen = json.loads(res.stdout.strip().splitlines()[-1])
+    assert seen["pch"] == [None, "created", "used"]
+    assert seen["stats"]["created"] == 1 and seen["stats"]["failed"] == 0
+    assert seen["heap"] > 1 << 20

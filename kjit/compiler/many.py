@@ -138,7 +138,11 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
     repeats = _prologue_repeats(items, size)
 
     def send(i: int) -> None:
-        jobs.put((i, _request(items[i], repeats[i])))
+        request = _request(items[i])
+        if repeats[i]:  # more of its prologue go to this worker: a PCH pays from the first
+            import json
+            request = json.dumps(dict(json.loads(request), pch_repeat=True))
+        jobs.put((i, request))
 
     try:
         for i, (kw, _) in enumerate(items):
@@ -167,15 +171,14 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
             t.join()
 
 
-def _request(item: tuple[dict, Any], pch_repeat: bool = False) -> str:
+def _request(item: tuple[dict, Any]) -> str:
     import json
     kw, req = item
     opts = {k: pool_mod.jsonable(v) for k, v in req.options.as_dict().items()}
     return json.dumps({"source": req.source, "name": req.name, "arch": req.arch,
                        "target": req.target, "options": opts,
                        "name_expressions": list(req.name_expressions),
-                       "backend": req.backend, "cache": bool(kw["cache"]),
-                       "pch_repeat": pch_repeat})
+                       "backend": req.backend, "cache": bool(kw["cache"])})
 
 
 def _prologue_repeats(items: list, size: int) -> list[bool]:

@@ -37,7 +37,7 @@ from typing import Any, Iterator, Sequence
 
 ENV = "KJIT_PCH"
 HEAP_MIN = 512 << 20     # CCCL needs ~336 MB; NVRTC's default (256 MB) only warns when short
-MAX_KEPT = 4             # PCH files kept per process (a CUB prologue's is ~340 MB)
+MAX_KEPT = 2             # PCH files kept per process (a CUB prologue's is ~340 MB)
 _DIR_PREFIX = "kjit-pch-"
 _FLAG_PREFIXES = ("-pch", "--pch", "-use-pch", "--use-pch", "-use_pch", "--use_pch",
                   "-create-pch", "--create-pch", "-create_pch", "--create_pch")
@@ -186,7 +186,12 @@ def attempt(source: str, name: str, flags: Sequence[str], headers: dict,
             anchored: tuple[str, ...]) -> Iterator[Use | None]:
     """Around one NVRTC compile: a Use where a PCH serves it (built now if this is where it
     pays), else None."""
-    use = _use(source, name, flags, headers, anchored)
+    try:
+        use = _use(source, name, flags, headers, anchored)
+    except Exception:  # a PCH is only ever a shortcut: the compile goes on without one
+        with _lock:
+            _counts["failed"] += 1
+        use = None
     try:
         yield use
     finally:
