@@ -77,6 +77,36 @@ def test_second_compile_uses_a_pch_and_gets_the_same_binary(inc, monkeypatch, ta
         assert obj.code == plain.code and obj.log == plain.log == ""
 
 
+def test_name_expressions_and_compile_errors_are_those_of_a_plain_compile(inc, monkeypatch):
+    opts = kjit.CompileOptions(include_dirs=[str(inc)])
+    tmpl = ('#include "h.h"\n#include <cuda/std/cstdint>\n'
+            'template <class T> __global__ void t(T* x) {{ x[0] = twice(x[0]) + {}; }}\n')
+    objs = [kjit.compile(tmpl.format(i), arch="sm_90", options=opts, target="ptx",
+                         name_expressions=["t<float>", "t<int>"]) for i in (1, 2)]
+    bad = tmpl.format("undeclared_thing")
+    before = pch.stats()
+    with pytest.raises(kjit.CompileError) as used:
+        kjit.compile(bad, arch="sm_90", options=opts, name_expressions=["t<float>"])
+    assert _delta(before) == {"used": 1}
+    assert objs[1].metadata["pch"] == "created"
+    monkeypatch.setenv("KJIT_PCH", "0")
+    plain = kjit.compile(tmpl.format(2), arch="sm_90", options=opts, target="ptx",
+                         name_expressions=["t<float>", "t<int>"], cache=False)
+    assert (objs[1].code, dict(objs[1].symbols)) == (plain.code, dict(plain.symbols))
+    with pytest.raises(kjit.CompileError) as without:
+        kjit.compile(bad, arch="sm_90", options=opts, name_expressions=["t<float>"], cache=False)
+    assert "undeclared_thing" in used.value.log and used.value.log == without.value.log
+
+
+def test_a_time_trace_flag_turns_it_off(inc, tmp_path):
+    before = pch.stats()
+    trace = tmp_path / "trace.json"
+    for i in (1, 2, 3):
+        obj = _compile(i, inc, opts={"extra": [f"--fdevice-time-trace={trace}"]})
+        assert "pch" not in obj.metadata
+    assert pch.stats() == before
+
+
 def test_observed_key_is_the_same_with_and_without_a_pch(inc, monkeypatch, tmp_path):
     _compile(1, inc)
     used = _compile(2, inc)

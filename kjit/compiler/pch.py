@@ -39,8 +39,10 @@ ENV = "KJIT_PCH"
 HEAP_MIN = 512 << 20     # CCCL needs ~336 MB; NVRTC's default (256 MB) only warns when short
 MAX_KEPT = 2             # PCH files kept per process (a CUB prologue's is ~340 MB)
 _DIR_PREFIX = "kjit-pch-"
+# the user's own PCH flags; a time trace the prologue's compile would write too
 _FLAG_PREFIXES = ("-pch", "--pch", "-use-pch", "--use-pch", "-use_pch", "--use_pch",
-                  "-create-pch", "--create-pch", "-create_pch", "--create_pch")
+                  "-create-pch", "--create-pch", "-create_pch", "--create_pch",
+                  "-fdevice-time-trace", "--fdevice-time-trace")
 
 # compile_many's worker: more compiles of this prologue are coming to this process
 expect_repeats: contextvars.ContextVar[bool] = contextvars.ContextVar("kjit_pch_repeats", default=False)
