@@ -135,14 +135,14 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
         results[i] = _from_reply(reply, items[i][1]) if isinstance(reply, dict) else reply
         tracker.done(miss=True)
 
-    repeats = _prologue_repeats(items, size)
+    groups = _prologue_groups(items, size)
+    held: list[int] = []
 
     def send(i: int) -> None:
-        request = _request(items[i])
-        if repeats[i]:  # more of its prologue go to this worker: a PCH pays from the first
-            import json
-            request = json.dumps(dict(json.loads(request), pch_repeat=True))
-        jobs.put((i, request))
+        if groups[i] is not None:  # sent below, one prologue after another
+            held.append(i)
+            return
+        jobs.put((i, _request(items[i])))
 
     try:
         for i, (kw, _) in enumerate(items):
@@ -165,6 +165,14 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
         if size > 1 and len(misses) == 1:
             results[misses[0]] = _here(items[misses[0]][0])
             tracker.done(miss=True)
+        # misses that share a prologue, grouped: each worker then meets one prologue after
+        # another, told that more of it follow, so its precompiled header pays from its first
+        import json
+        from collections import Counter
+        missed = Counter(groups[i] for i in held)
+        for i in sorted(held, key=lambda i: (groups[i], i)):
+            repeat = missed[groups[i]] >= 2 * len(threads)
+            jobs.put((i, json.dumps(dict(json.loads(_request(items[i])), pch_repeat=repeat))))
     finally:
         jobs.put(None)   # the serving threads end once the queue is drained
         for t in threads:
@@ -181,10 +189,10 @@ def _request(item: tuple[dict, Any]) -> str:
                        "backend": req.backend, "cache": bool(kw["cache"])})
 
 
-def _prologue_repeats(items: list, size: int) -> list[bool]:
-    """Per item: whether enough items share its include prologue and options that each
-    worker will likely compile two or more of them, so that a precompiled header pays from
-    a worker's first one (compiler/pch.py)."""
+def _prologue_groups(items: list, size: int) -> list[str | None]:
+    """Per item: its include prologue and options, where enough items share them that each
+    worker will likely compile two or more (a precompiled header then pays from a worker's
+    first one: compiler/pch.py); else None."""
     from collections import Counter
     from .pch import prologue
     groups = []
@@ -193,7 +201,7 @@ def _prologue_repeats(items: list, size: int) -> list[bool]:
         groups.append(None if text is None else _request((kw, req._replace(source=text))))
     counts = Counter(g for g in groups if g is not None)
     workers = max(1, min(size, len(items)))
-    return [g is not None and counts[g] >= 2 * workers for g in groups]
+    return [g if g is not None and counts[g] >= 2 * workers else None for g in groups]
 
 
 def _from_reply(reply: dict, req: Any) -> Any:

@@ -211,11 +211,12 @@ def recording(backend: str, source_name: str = "", ignore: tuple[str, ...] = (),
 
 
 def add(obs: Observation) -> None:
-    """Count `obs` as read by this thread's compile being collected, if any: the files a
-    precompiled header it used was built from (compiler/pch.py)."""
+    """Count `obs` as read by the compile this thread recorded last, if it is collected: the
+    files a precompiled header it started from was built from (compiler/pch.py). One
+    Observation per compile call still."""
     sink = getattr(_tls, "sink", None)
-    if sink is not None:
-        sink.append(obs)
+    if sink:
+        sink[-1] = merge([sink[-1], obs])
 
 
 def merge(observations: list) -> Observation:

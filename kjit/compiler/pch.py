@@ -48,10 +48,11 @@ _FLAG_PREFIXES = ("-pch", "--pch", "-use-pch", "--use-pch", "-use_pch", "--use_p
 expect_repeats: contextvars.ContextVar[bool] = contextvars.ContextVar("kjit_pch_repeats", default=False)
 
 _lock = threading.Lock()
-_counts = {"created": 0, "used": 0, "failed": 0, "rejected": 0, "stale": 0}
+_counts = {"created": 0, "used": 0, "failed": 0, "rejected": 0, "stale": 0, "evicted": 0}
 _seen: dict[str, int] = {}          # compiles per prologue key in this process
 _entries: dict[str, "_Pch"] = {}
 _bad: set[str] = set()              # prologues whose PCH could not be built or was refused
+_evicted: set[str] = set()          # prologues whose PCH made room for another: not built again
 _state: dict[str, Any] = {"dir": None, "serial": 0, "heap": 0}
 _tls = threading.local()
 
@@ -64,7 +65,7 @@ def enabled() -> bool:
 def stats() -> dict[str, int]:
     """This process's counts: PCHs created, compiles that used one, PCHs that could not be
     built (failed), that NVRTC refused (rejected, compiled again without), dropped because
-    a header they were built from changed (stale)."""
+    a header they were built from changed (stale) or to make room for another (evicted)."""
     with _lock:
         return dict(_counts)
 
@@ -228,7 +229,7 @@ def _use(source: str, name: str, flags: Sequence[str], headers: dict,
             ent = None
         created = False
         if ent is None:
-            if key in _bad or (seen == 0 and not expect_repeats.get()):
+            if key in _bad or key in _evicted or (seen == 0 and not expect_repeats.get()):
                 return None
             ent = _build(key, text, name, flags, headers, anchored)
             if ent is None:
@@ -347,9 +348,13 @@ def _retire(key: str) -> None:
 
 
 def _evict() -> None:
-    """Keep at most MAX_KEPT - 1 PCHs before a new one (the least recently used go)."""
+    """Keep at most MAX_KEPT - 1 PCHs before a new one (the least recently used go). A
+    prologue whose PCH went is not given another: prologues taking turns would otherwise
+    each pay for a new PCH at every turn."""
     idle = sorted((e.used, k) for k, e in _entries.items() if e.users == 0)
     for _, key in idle[:max(0, len(_entries) - MAX_KEPT + 1)]:
+        _counts["evicted"] += 1
+        _evicted.add(key)
         _retire(key)
 
 
