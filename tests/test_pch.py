@@ -264,6 +264,24 @@ def test_private_directory_is_removed_at_exit(inc, tmp_path):
     assert not os.path.exists(seen["dir"])
 
 
+def test_a_forked_child_neither_uses_nor_removes_its_parents_pchs(inc):
+    _compile(1, inc)
+    assert _compile(2, inc).metadata["pch"] == "created"
+    d = pch.directory()
+    pid = os.fork()
+    if pid == 0:  # the child: its own compiles, its own directory, its exit removes only that
+        code = 1
+        try:
+            obj = _compile(3, inc)
+            code = 0 if "pch" not in obj.metadata and pch.directory() is None else 2
+        finally:
+            pch.cleanup()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.path.isdir(d) and _compile(4, inc).metadata["pch"] == "used"
+
+
 def test_directory_of_a_killed_process_is_swept(tmp_path, monkeypatch):
     import tempfile
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

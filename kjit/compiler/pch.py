@@ -373,6 +373,7 @@ def _private_dir() -> str | None:
             base = tempfile.gettempdir()
             _sweep(base)
             _state["dir"] = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-", dir=base)
+            _state["pid"] = os.getpid()
         except OSError:
             return None
         atexit.register(cleanup)
@@ -388,8 +389,22 @@ def cleanup() -> None:
     """Remove this process's PCH directory (at exit; also before a worker's hard exit)."""
     d, _state["dir"] = _state["dir"], None
     _entries.clear()
-    if d is not None:
+    if d is not None and _state.get("pid") == os.getpid():
         shutil.rmtree(d, ignore_errors=True)
+
+
+def _forget_in_child() -> None:
+    """A forked child starts without PCHs: its parent's directory and files stay the
+    parent's (the child's exit must not remove them), and a lock another thread held at the
+    fork is never released in the child."""
+    global _lock
+    _lock = threading.Lock()
+    _state["dir"] = None
+    _entries.clear()
+    _seen.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _sweep(base: str) -> None:
