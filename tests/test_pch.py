@@ -25,8 +25,10 @@ HEADER = textwrap.dedent("""\
 
 
 def source(i: int) -> str:
+    """The prologue (in the PCH), then a declaration, then an include the PCH does not hold."""
     return ('// a kernel\n#include "h.h"\n#include <cuda/std/cstdint>\n\n'
-            f'extern "C" __global__ void k(float* x) {{ x[0] = twice(x[0]) + K + {i}.5f; }}\n')
+            '__device__ float late();\n#include "g.h"\n'
+            f'extern "C" __global__ void k(float* x) {{ x[0] = twice(x[0]) + K + late() + {i}.5f; }}\n')
 
 
 @pytest.fixture
@@ -34,6 +36,7 @@ def inc(tmp_path: Path) -> Path:
     d = tmp_path / "inc"
     d.mkdir()
     (d / "h.h").write_text(HEADER.format(k=3))
+    (d / "g.h").write_text("__device__ float late() { return 2.0f; }\n")
     return d
 
 
@@ -63,7 +66,7 @@ def test_prologue_ends_after_the_leading_directives():
     assert pch.prologue('#include "a.h"\nint y; \n#include "b.h"\n') == '#include "a.h"\n'
 
 
-@pytest.mark.parametrize("target", ["cubin", "ptx"])
+@pytest.mark.parametrize("target", ["cubin", "ptx", "ltoir"])
 def test_second_compile_uses_a_pch_and_gets_the_same_binary(inc, monkeypatch, target):
     before = pch.stats()
     first = _compile(1, inc, target=target)
@@ -146,6 +149,9 @@ def test_header_edited_between_compiles_gives_the_new_binary(inc, monkeypatch):
     assert edited.code == plain.code
     (inc / "h.h").write_text(HEADER.format(k=3))
     assert _compile(3, inc, target="ptx").code != edited.code
+    (inc / "g.h").write_text("__device__ float late() { return 5.0f; }\n")  # read after the PCH
+    late = _compile(3, inc, target="ptx")
+    assert late.metadata["pch"] == "used" and late.code == _plain(3, inc, monkeypatch, target="ptx").code
 
 
 def test_a_refused_pch_falls_back_to_a_plain_compile(inc, monkeypatch):
