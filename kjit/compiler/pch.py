@@ -28,9 +28,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
+import functools
 import os
-import re
-import shutil
 import threading
 import time
 from typing import Any, Iterator, Sequence
@@ -77,26 +76,34 @@ def note() -> str | None:
 
 
 # --- the prologue ------------------------------------------------------------------------------
-_SKIP = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)+", re.S)
-_DIRECTIVE = re.compile(r"(?:#|%:)(?:[^\n\\/]|\\.|\\\n|/\*.*?\*/|/(?![*]))*", re.S)
-_WORD = re.compile(r"(?:#|%:)(?:\s|/\*.*?\*/)*(\w+)", re.S)
+_SKIP = r"(?:\s+|//[^\n]*|/\*.*?\*/)+"                          # blanks and comments
+_DIRECTIVE = r"(?:#|%:)(?:[^\n\\/]|\\.|\\\n|/\*.*?\*/|/(?![*]))*"  # to its line's end
+_WORD = r"(?:#|%:)(?:\s|/\*.*?\*/)*(\w+)"
+
+
+@functools.lru_cache(maxsize=None)
+def _patterns() -> tuple:
+    """Compiled on a process's first miss, not at import (a disk hit never imports this)."""
+    import re
+    return tuple(re.compile(p, re.S) for p in (_SKIP, _DIRECTIVE, _WORD))
 
 
 def prologue(source: str) -> str | None:
     """The source up to the end of its last leading preprocessor directive (NVRTC's header
     stop is the first token after them), or None where it includes nothing or stops inside
     an #if (NVRTC would not build a PCH there)."""
+    skip, directive, word_re = _patterns()
     pos, end, depth, includes = 0, 0, 0, False
     n = len(source)
     while pos < n:
-        m = _SKIP.match(source, pos)
+        m = skip.match(source, pos)
         if m:
             pos = m.end()
             continue
-        d = _DIRECTIVE.match(source, pos)
+        d = directive.match(source, pos)
         if d is None:  # each directive runs to its line's end: every # here starts a line
             break
-        word = _WORD.match(source, pos)
+        word = word_re.match(source, pos)
         kind = word.group(1) if word else ""
         if kind in ("if", "ifdef", "ifndef"):
             depth += 1
@@ -390,6 +397,7 @@ def cleanup() -> None:
     d, _state["dir"] = _state["dir"], None
     _entries.clear()
     if d is not None and _state.get("pid") == os.getpid():
+        import shutil
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -409,6 +417,7 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 def _sweep(base: str) -> None:
     """Remove PCH directories of this user's processes that are gone (killed before exit)."""
+    import shutil
     uid = os.getuid()
     try:
         names = [n for n in os.listdir(base) if n.startswith(_DIR_PREFIX)]
