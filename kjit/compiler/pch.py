@@ -92,6 +92,8 @@ def prologue(source: str) -> str | None:
     """The source up to the end of its last leading preprocessor directive (NVRTC's header
     stop is the first token after them), or None where it includes nothing or stops inside
     an #if (NVRTC would not build a PCH there)."""
+    if "include" not in source:  # most small kernels: no scan (and no regex compiled)
+        return None
     skip, directive, word_re = _patterns()
     pos, end, depth, includes = 0, 0, 0, False
     n = len(source)
