@@ -200,6 +200,17 @@ def test_prologues_taking_turns_do_not_rebuild_their_pchs_at_every_turn(inc):
     assert [objs[p, 3].metadata.get("pch") for p in "BC"] == ["used"] * 2
 
 
+def test_bindings_without_the_pch_calls_turn_it_off_for_the_process(inc, monkeypatch):
+    from cuda.bindings import nvrtc
+    monkeypatch.delattr(nvrtc, "nvrtcGetPCHCreateStatus")
+    monkeypatch.setitem(pch._state, "off", None)
+    before = pch.stats()
+    objs = [_compile(i, inc) for i in (1, 2, 3, 4)]
+    assert _delta(before) == {"failed": 1}                 # tried once, then never again
+    assert pch._state["off"] and not any("pch" in o.metadata for o in objs)
+    monkeypatch.setitem(pch._state, "off", None)
+
+
 def test_off_switch(inc, monkeypatch):
     monkeypatch.setenv("KJIT_PCH", "0")
     before = pch.stats()

@@ -180,6 +180,8 @@ class Use:
         if self._line not in log:
             with _lock:
                 _counts["rejected"] += 1
+                if _counts["rejected"] >= 2 and not _counts["used"]:  # this NVRTC never takes one
+                    _state["off"] = "NVRTC refused every precompiled header"
                 for key, ent in list(_entries.items()):
                     if ent is self.pch:
                         _bad.add(key)
@@ -200,9 +202,10 @@ def attempt(source: str, name: str, flags: Sequence[str], headers: dict,
     pays), else None."""
     try:
         use = _use(source, name, flags, headers, anchored)
-    except Exception:  # a PCH is only ever a shortcut: the compile goes on without one
-        with _lock:
+    except Exception as exc:  # a PCH is only ever a shortcut: the compile goes on without one,
+        with _lock:           # and later ones do not try again (bindings without the PCH calls)
             _counts["failed"] += 1
+            _state["off"] = f"{type(exc).__name__}: {exc}"
         use = None
     try:
         yield use
@@ -217,7 +220,7 @@ def attempt(source: str, name: str, flags: Sequence[str], headers: dict,
 def _use(source: str, name: str, flags: Sequence[str], headers: dict,
          anchored: tuple[str, ...]) -> Use | None:
     _tls.note = None
-    if any(f.startswith(_FLAG_PREFIXES) for f in flags) or not enabled():
+    if _state.get("off") or any(f.startswith(_FLAG_PREFIXES) for f in flags) or not enabled():
         return None
     text = prologue(source)
     if text is None:
@@ -409,6 +412,7 @@ def _forget_in_child() -> None:
     fork is never released in the child."""
     global _lock
     _lock = threading.Lock()
+    _state.pop("off", None)
     _state["dir"] = None
     _entries.clear()
     _seen.clear()
