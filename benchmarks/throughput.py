@@ -2,7 +2,9 @@
 
 1. A sweep: VARIANTS variants of the CUB + cooperative groups + fp16 kernel, one at a time
    through bare NVRTC in this process (the same flags and include directories kjit passes),
-   against kjit.compile_many on a fresh cache (and its rerun: all hits).
+   against kjit.compile_many on a fresh cache (and its rerun: all hits); its workers build a
+   precompiled header at their first variant and start the others from it (how many did
+   is reported), and the same sweep with KJIT_PCH=0 shows what the PCH adds.
 2. A cold compile in a fresh process, small and CUB kernel: bare NVRTC, kjit (arch given and
    the device's), cuda.core and CuPy, each process with fresh caches, taking turns for
    ROUNDS rounds; the wall time from spawn to exit, and the median of per-round ratios to
@@ -74,16 +76,28 @@ def sweep(n: int = VARIANTS) -> dict:
             objs = kjit.compile_many(srcs, arch=arch, progress=False)
             out["kjit.compile_many s"] = time.perf_counter() - t0
             assert not any(o.cache_hit for o in objs)
+            out["kjit.compile_many PCH"] = {k: sum(o.metadata.get("pch") == k for o in objs)
+                                            for k in ("created", "used")}
             t0 = time.perf_counter()
             assert all(o.cache_hit for o in kjit.compile_many(srcs, arch=arch, progress=False))
             out["kjit.compile_many rerun (all hits) s"] = time.perf_counter() - t0
         finally:
             pool.shared_pool().close()
+    with tempfile.TemporaryDirectory() as tmp:   # the same without precompiled headers
+        os.environ["KJIT_CACHE_DIR"], os.environ["KJIT_PCH"] = tmp, "0"
+        try:
+            t0 = time.perf_counter()
+            kjit.compile_many(srcs, arch=arch, progress=False)
+            out["kjit.compile_many, KJIT_PCH=0 s"] = time.perf_counter() - t0
+        finally:
+            pool.shared_pool().close()
+            os.environ.pop("KJIT_PCH", None)
             if saved is None:
                 os.environ.pop("KJIT_CACHE_DIR", None)
             else:
                 os.environ["KJIT_CACHE_DIR"] = saved
     out["speed-up"] = out["bare NVRTC one at a time s"] / out["kjit.compile_many s"]
+    out["speed-up, KJIT_PCH=0"] = out["bare NVRTC one at a time s"] / out["kjit.compile_many, KJIT_PCH=0 s"]
     return out
 
 

@@ -40,9 +40,10 @@ def parse_size(text: str | int) -> int:
 
 
 # Switches: KJIT_CACHE, KJIT_CACHE_SAVE_SOURCE, KJIT_HEADER_WATCH (kjit.compiler.watch),
-# KJIT_OBSERVE (kjit.compiler.observe). Every KJIT_* switch is read through switch() or switch_on().
+# KJIT_OBSERVE (kjit.compiler.observe), KJIT_PCH (kjit.compiler.pch). Every KJIT_* switch is read
+# through switch() or switch_on().
 ON, OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-_SWITCHES = ("KJIT_CACHE", "KJIT_CACHE_SAVE_SOURCE", "KJIT_HEADER_WATCH", "KJIT_OBSERVE")
+_SWITCHES = ("KJIT_CACHE", "KJIT_CACHE_SAVE_SOURCE", "KJIT_HEADER_WATCH", "KJIT_OBSERVE", "KJIT_PCH")
 
 
 def switch(text: str | None, default: bool) -> bool | None:

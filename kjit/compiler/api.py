@@ -138,6 +138,8 @@ def compile_uncached(req: CompileRequest, path: search.SearchPath | None = None,
             code, log, symbols, ms = nvrtc.compile_source(
                 req.source, name=req.name, arch=req.arch, target=req.target, options=req.options,
                 name_expressions=req.name_expressions, search=path)
+    from .pch import note  # how a precompiled header served this compile, if one did
+    used = note() if req.backend != "hip" else None
     if job is not None:
         job.seen = seen
     return ObjectCode(code, kind=req.target, arch=req.arch, log=log, symbols=symbols,
@@ -145,7 +147,8 @@ def compile_uncached(req: CompileRequest, path: search.SearchPath | None = None,
                           "compiler": compiler_version(req.backend), "compile_ms": round(ms, 3),
                           "options": req.options.describe(), "backend": req.backend,
                           "name_expressions": list(req.name_expressions),
-                          "declarations": declarations.extract(req.source)})
+                          "declarations": declarations.extract(req.source),
+                          **({"pch": used} if used else {})})
 
 
 # --- deriving the key ------------------------------------------------------------------------

@@ -135,7 +135,13 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
         results[i] = _from_reply(reply, items[i][1]) if isinstance(reply, dict) else reply
         tracker.done(miss=True)
 
+    groups = _prologue_groups(items, size)
+    held: list[int] = []
+
     def send(i: int) -> None:
+        if groups[i] is not None:  # sent below, one prologue after another
+            held.append(i)
+            return
         jobs.put((i, _request(items[i])))
 
     try:
@@ -159,6 +165,14 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
         if size > 1 and len(misses) == 1:
             results[misses[0]] = _here(items[misses[0]][0])
             tracker.done(miss=True)
+        # misses that share a prologue, grouped: each worker then meets one prologue after
+        # another, told that more of it follow, so its precompiled header pays from its first
+        import json
+        from collections import Counter
+        missed = Counter(groups[i] for i in held)
+        for i in sorted(held, key=lambda i: (groups[i], i)):
+            repeat = missed[groups[i]] >= 2 * len(threads)
+            jobs.put((i, json.dumps(dict(json.loads(_request(items[i])), pch_repeat=repeat))))
     finally:
         jobs.put(None)   # the serving threads end once the queue is drained
         for t in threads:
@@ -173,6 +187,21 @@ def _request(item: tuple[dict, Any]) -> str:
                        "target": req.target, "options": opts,
                        "name_expressions": list(req.name_expressions),
                        "backend": req.backend, "cache": bool(kw["cache"])})
+
+
+def _prologue_groups(items: list, size: int) -> list[str | None]:
+    """Per item: its include prologue and options, where enough items share them that each
+    worker will likely compile two or more (a precompiled header then pays from a worker's
+    first one: compiler/pch.py); else None."""
+    from collections import Counter
+    from .pch import prologue
+    groups = []
+    for kw, req in items:
+        text = prologue(req.source) if req.backend == "cuda" else None
+        groups.append(None if text is None else _request((kw, req._replace(source=text))))
+    counts = Counter(g for g in groups if g is not None)
+    workers = max(1, min(size, len(items)))
+    return [g if g is not None and counts[g] >= 2 * workers else None for g in groups]
 
 
 def _from_reply(reply: dict, req: Any) -> Any:

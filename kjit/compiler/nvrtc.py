@@ -7,7 +7,7 @@ import time
 from typing import Any, Sequence
 
 from ..errors import KjitError
-from . import observe
+from . import observe, pch
 from .diagnostics import compile_error
 from .options import CompileOptions, nvrtc_flags
 from .search import SearchPath
@@ -78,20 +78,39 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
     flags = nvrtc_flags(options, arch, target) + [f"-I{d}" for d in path.automatic_dirs]
     headers = path.headers
     t0 = time.perf_counter()
-    err, prog = nvrtc.nvrtcCreateProgram(
-        source.encode(), name.encode(), len(headers),
-        [h.encode() for h in headers.values()], [k.encode() for k in headers])
-    _check(err, "nvrtcCreateProgram")
+    # -I flags in `extra` given relative follow the working directory: not anchors
+    anchored = path.dirs if not path.relative else tuple(options.include_dirs) + path.automatic_dirs
+
+    # A precompiled header (pch.py) serves the compile where one pays; NVRTC refusing it
+    # (counted) means one more compile without it, whose observation alone keys the result.
+    with pch.attempt(source, name, flags, headers, anchored) as use:
+        while True:
+            mark = observe.mark()
+            err, prog = nvrtc.nvrtcCreateProgram(
+                source.encode(), name.encode(), len(headers),
+                [h.encode() for h in headers.values()], [k.encode() for k in headers])
+            _check(err, "nvrtcCreateProgram")
+            try:
+                for expr in name_expressions:
+                    (err,) = nvrtc.nvrtcAddNameExpression(prog, expr.encode())
+                    _check(err, f"nvrtcAddNameExpression({expr!r})")
+                all_flags = [f.encode() for f in (use.flags if use else []) + flags]  # PCH's first
+                # what it reads keys the cache (observe.py)
+                with observe.recording("cuda", name, ignore=use.ignore if use else (), anchored=anchored):
+                    (result,) = nvrtc.nvrtcCompileProgram(prog, len(all_flags), all_flags)
+                log = _read(prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log")
+            except BaseException:
+                nvrtc.nvrtcDestroyProgram(prog)
+                raise
+            log_text = log.rstrip(b"\0").decode("utf-8", "replace")
+            kept = use.finish(log_text) if use is not None else log_text
+            if kept is not None:
+                log_text = kept
+                break
+            nvrtc.nvrtcDestroyProgram(prog)
+            observe.forget_since(mark)
+            use = None
     try:
-        for expr in name_expressions:
-            (err,) = nvrtc.nvrtcAddNameExpression(prog, expr.encode())
-            _check(err, f"nvrtcAddNameExpression({expr!r})")
-        # -I flags in `extra` given relative follow the working directory: not anchors
-        anchored = path.dirs if not path.relative else tuple(options.include_dirs) + path.automatic_dirs
-        with observe.recording("cuda", name, anchored=anchored):  # what it reads keys the cache (observe.py)
-            (result,) = nvrtc.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
-        log = _read(prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log")
-        log_text = log.rstrip(b"\0").decode("utf-8", "replace")
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             _, text = nvrtc.nvrtcGetErrorString(result)
             message = f"NVRTC could not compile {name} for {arch} ({text.decode()})"

@@ -210,6 +210,28 @@ def recording(backend: str, source_name: str = "", ignore: tuple[str, ...] = (),
         sink.append(classify(records, source_name=source_name, ignore=ignore, anchored=anchored))
 
 
+def add(obs: Observation) -> None:
+    """Count `obs` as read by the compile this thread recorded last, if it is collected: the
+    files a precompiled header it started from was built from (compiler/pch.py). One
+    Observation per compile call still."""
+    sink = getattr(_tls, "sink", None)
+    if sink:
+        sink[-1] = merge([sink[-1], obs])
+
+
+def mark() -> int:
+    """How many Observations this thread's collecting() block holds now (for forget_since)."""
+    sink = getattr(_tls, "sink", None)
+    return len(sink) if sink is not None else 0
+
+
+def forget_since(mark: int) -> None:
+    """Drop the Observations recorded since `mark`: a compile whose result was thrown away."""
+    sink = getattr(_tls, "sink", None)
+    if sink is not None:
+        del sink[mark:]
+
+
 def merge(observations: list) -> Observation:
     """One Observation for several compiles of one request (hiprtc: one per target)."""
     if len(observations) == 1:

@@ -236,6 +236,9 @@ def _watch_parent(ppid: int) -> None:
     def watch() -> None:
         while True:
             if os.getppid() != ppid:
+                pch = sys.modules.get("kjit.compiler.pch")
+                if pch is not None:  # os._exit skips atexit: its PCH files go first
+                    pch.cleanup()
                 os._exit(0)
             time.sleep(0.2)
     threading.Thread(target=watch, daemon=True).start()
@@ -271,6 +274,9 @@ def worker_main(expected_kjit: str, ppid: int) -> None:
 
 def _serve(req: dict, kjit_compile: Callable[..., Any], options_cls: type) -> dict:
     from ..errors import CompileError
+    from .pch import expect_repeats
+    # the parent sends more of this prologue to this worker: a PCH pays from the first
+    token = expect_repeats.set(bool(req.get("pch_repeat")))
     try:
         obj = kjit_compile(req["source"], arch=req["arch"], target=req["target"],
                            options=options_cls(**req["options"]),
@@ -287,6 +293,8 @@ def _serve(req: dict, kjit_compile: Callable[..., Any], options_cls: type) -> di
         return {"ok": False, "error": type(exc).__name__, "message": str(exc)}
     except Exception as exc:  # reported to the parent, which shows it as a KjitError
         return {"ok": False, "error": "internal", "message": f"{type(exc).__name__}: {exc}"}
+    finally:
+        expect_repeats.reset(token)
 
 
 def jsonable(value: Any) -> Any:
