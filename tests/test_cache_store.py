@@ -363,6 +363,31 @@ def test_memory_layer_is_bounded(monkeypatch):
     assert len(mem) == 2 and mem.get("9") is not None and mem.get("0") is None
 
 
+def test_memory_layer_counts_a_key_once_when_threads_store_it_together():
+    """Threads that hit one key at once each put it in the memory layer: its byte count must
+    stay that of one copy (a drifting count ends in popitem() on an empty layer)."""
+    import threading
+    import time
+    from collections import OrderedDict
+    from kjit.cache.lookup import MemoryLayer
+
+    class SlowPop(OrderedDict):   # widens the window between a put's pop and its insert
+        def pop(self, *a):
+            found = super().pop(*a)
+            time.sleep(0.002)
+            return found
+
+    mem = MemoryLayer(limit=10_000)
+    mem._items = SlowPop()
+    obj = ptx(1, 300)
+    threads = [threading.Thread(target=mem.put, args=("k", obj)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(mem) == 1 and mem._bytes == len(obj.code)
+
+
 # --- metadata, listeners ----------------------------------------------------------------------------
 def test_entry_metadata(monkeypatch, saxpy_src):
     monkeypatch.setenv("KJIT_CACHE_SAVE_SOURCE", "1")

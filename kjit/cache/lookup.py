@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
 import time
 import warnings
 from collections import OrderedDict
@@ -36,33 +37,39 @@ class MemoryLayer:
         self.limit = limit
         self._items: OrderedDict[str, ObjectCode] = OrderedDict()
         self._bytes = 0
+        self._lock = threading.Lock()   # threads hitting one key at once must not count it twice
 
     def get(self, key: str) -> ObjectCode | None:
-        obj = self._items.get(key)
-        if obj is not None:
-            self._items.move_to_end(key)
-        return obj
+        with self._lock:
+            obj = self._items.get(key)
+            if obj is not None:
+                self._items.move_to_end(key)
+            return obj
 
     def put(self, key: str, obj: ObjectCode) -> None:
-        old = self._items.pop(key, None)
-        if old is not None:
-            self._bytes -= len(old.code)
-        if len(obj.code) > self.limit:
-            return
-        self._items[key] = obj
-        self._bytes += len(obj.code)
-        while self._bytes > self.limit:
-            _, dropped = self._items.popitem(last=False)
-            self._bytes -= len(dropped.code)
+        with self._lock:
+            self._drop(key)
+            if len(obj.code) > self.limit:
+                return
+            self._items[key] = obj
+            self._bytes += len(obj.code)
+            while self._bytes > self.limit:
+                _, dropped = self._items.popitem(last=False)
+                self._bytes -= len(dropped.code)
 
     def discard(self, key: str) -> None:
+        with self._lock:
+            self._drop(key)
+
+    def _drop(self, key: str) -> None:
         old = self._items.pop(key, None)
         if old is not None:
             self._bytes -= len(old.code)
 
     def clear(self) -> None:
-        self._items.clear()
-        self._bytes = 0
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._items)
