@@ -16,7 +16,6 @@ from . import loader
 
 ISA_PREFIX = "amdgcn-amd-amdhsa--"
 _DATA_KIND_EXECUTABLE = 8
-_METADATA_KIND_LIST = 3
 
 
 class _Handle(ctypes.Structure):
