@@ -141,14 +141,14 @@ def targets(results: dict) -> dict[str, bool]:
             out[f"{kernel} kernel fresh cold compile <= {target}x bare NVRTC"] = \
                 float(ratio.split("x")[0]) <= target
     to = results.get("torch_ops", {})
-    r = to.get("torch tensor / kjit array launch, median of per-round ratios")
+    r = to.get("torch tensor / kjit array launch, median of paired batch ratios")
     if r:
         out[f"torch-tensor launch <= {TARGET_TORCH_RATIO}x kjit-array launch (median)"] = \
             float(r.split("x")[0]) <= TARGET_TORCH_RATIO
     d = to.get("reading torch's current stream: auto - named us, median of per-round differences")
     if d is not None:
         out[f"reading torch's current stream <= {TARGET_CURRENT_STREAM_US} us"] = d <= TARGET_CURRENT_STREAM_US
-    r = to.get("as_torch_op / Library.define/impl, median of per-round ratios")
+    r = to.get("as_torch_op / Library.define/impl, median of paired batch ratios")
     if r:
         out["as_torch_op per call <= Library.define/impl (median)"] = float(r.split("x")[0]) <= 1.0
     hd = results.get("headers") or cc

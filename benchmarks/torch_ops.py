@@ -5,8 +5,11 @@ torch's current stream (read in C), with the stream named, with
 wrapped by hand with `torch.library.Library.define/impl` and with `torch.library.custom_op`,
 a Triton kernel, and PyTorch's own `x.add_(1)`. Each result is checked on the device.
 
-Rows take turns round after round; a ratio is the median over rounds of the per-round ratio
-(the paired method of benchmarks/launch.py)."""
+Rows take turns round after round for the per-call figures. The ratios the targets name compare
+two rows batch against batch: a pair of 200-call batches, one of each row back to back (their
+order alternating), gives one ratio, and the ratio reported is the median over 101 pairs
+[min-max]; the machine's drift between rows seconds apart (up to ±30% on the GPU host) then
+cancels."""
 from __future__ import annotations
 
 import statistics
@@ -15,10 +18,13 @@ import numpy as np
 
 import kjit
 
+import time
+
 from .timing import PER_BATCH, WARMUP, per_launch_us
 
 N = 1024
 ROUNDS = 9
+PAIRS = 101
 BATCHES_PER_ROUND = 10
 PER_ROUND = (WARMUP + BATCHES_PER_ROUND) * PER_BATCH
 SOURCE = r'''
@@ -126,6 +132,34 @@ def _time(rows: dict) -> tuple[dict[str, list[float]], int]:
     return samples, rounds
 
 
+def _paired(rows: dict, a: str, b: str) -> str | None:
+    """Row a against row b, batch against batch: the median over PAIRS of (b's batch time /
+    a's), [min-max]; every call's increment checked afterwards."""
+    if a not in rows or b not in rows:
+        return None
+    (la, arr_a, sa), (lb, arr_b, sb) = rows[a], rows[b]
+    sa(), sb()
+    before = _first(arr_a), _first(arr_b)
+    calls = range(PER_BATCH)
+    per = []
+    for i in range(-WARMUP, PAIRS):
+        took = {}
+        for which, launch, sync in ((("a", la, sa), ("b", lb, sb)) if i % 2 else
+                                    (("b", lb, sb), ("a", la, sa))):
+            t0 = time.perf_counter_ns()
+            for _ in calls:
+                launch()
+            took[which] = time.perf_counter_ns() - t0
+            sync()
+        if i >= 0:
+            per.append(took["b"] / took["a"])
+    n = (PAIRS + WARMUP) * PER_BATCH
+    for name, arr, was in ((a, arr_a, before[0]), (b, arr_b, before[1])):
+        if _first(arr) != was + n:
+            raise SystemExit(f"{name}: x[0] is {_first(arr)}, expected {was + n}: its calls did not all run")
+    return f"{statistics.median(per):.3f}x [{min(per):.3f}-{max(per):.3f}]"
+
+
 def _ratio(samples: dict, a: str, b: str) -> str | None:
     if a not in samples or b not in samples:
         return None
@@ -150,8 +184,8 @@ def run() -> dict:
         first, _ = _time(launches)
         for name, v in first.items():
             out[f"{name} (no Dynamo)"] = round(statistics.median(v), 3)
-        out["torch tensor / kjit array launch, median of per-round ratios"] = \
-            _ratio(first, TORCH_AUTO, KJIT_ARRAY)
+        out["torch tensor / kjit array launch, median of paired batch ratios"] = \
+            _paired(launches, KJIT_ARRAY, TORCH_AUTO)
         out["reading torch's current stream: auto - named us, median of per-round differences"] = \
             _diff(first, TORCH_AUTO, TORCH_NAMED)
     # Phase 2, every row. Calling a custom_op imports torch._dynamo, after which `k[...]` takes
@@ -165,9 +199,9 @@ def run() -> dict:
     for name, r in rows.items():
         if isinstance(r, str):
             out[name] = r
-    out["with Dynamo: torch tensor / kjit array launch"] = _ratio(samples, TORCH_AUTO, KJIT_ARRAY)
-    out["as_torch_op / Library.define/impl, median of per-round ratios"] = \
-        _ratio(samples, OP, LIBRARY)
+    out["with Dynamo: torch tensor / kjit array launch, median of paired batch ratios"] = _paired(rows, KJIT_ARRAY, TORCH_AUTO)
+    out["as_torch_op / Library.define/impl, median of paired batch ratios"] = \
+        _paired(rows, LIBRARY, OP)
     out["as_torch_op / custom_op, median of per-round ratios"] = _ratio(samples, OP, CUSTOM_OP)
     out["rounds"] = {name: [round(x, 3) for x in v] for name, v in samples.items()}
     return out
