@@ -1,0 +1,97 @@
+"""A fresh process's cold compile: what it leaves on disk is a valid cache for the next
+process, however it ends (a normal exit that skips SQLite's checkpoint, a kill -9 right after
+a store), including a cache read later from read-only storage."""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kjit.cache.index import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = 'extern "C" __global__ void k3(float* out, int n, float a) { out[0] = n + a; }'
+
+
+def _python(code: str, cache: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, KJIT_CACHE_DIR=str(cache),
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _verify_and_hit(cache: Path) -> None:
+    """Another fresh process finds the entry, and every entry passes its checks."""
+    out = _python(f"import json, kjit, kjit.cache as c\n"
+                  f"hit = kjit.compile({SRC!r}, arch='sm_90').cache_hit\n"
+                  f"print(json.dumps([hit, c.verify()]))", cache)
+    assert out.returncode == 0, out.stderr
+    hit, report = json.loads(out.stdout)
+    assert hit is True
+    assert report["checked"] == report["ok"] == 1 and not report["corrupt"], report
+    with sqlite3.connect(cache / "entries" / "cache.db") as con:
+        assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def _verify_entries(cache: Path, n: int) -> None:
+    out = _python("import json, kjit.cache as c\nprint(json.dumps(c.verify()))", cache)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["checked"] == report["ok"] == n and not report["corrupt"], report
+
+
+def test_a_cold_compile_leaves_a_cache_the_next_process_reads(tmp_path):
+    cache = tmp_path / "cache"
+    out = _python(f"import kjit\nassert kjit.compile({SRC!r}, arch='sm_90').cache_hit is False", cache)
+    assert out.returncode == 0, out.stderr
+    if sys.version_info >= (3, 12):   # Connection.setconfig: the exit skipped the checkpoint
+        assert (cache / "entries" / "cache.db-wal").stat().st_size > 0
+    _verify_and_hit(cache)
+
+
+def test_kill_9_right_after_a_store_leaves_a_valid_cache(tmp_path):
+    cache = tmp_path / "cache"
+    out = _python(f"import os, signal, kjit\n"
+                  f"assert kjit.compile({SRC!r}, arch='sm_90').cache_hit is False\n"
+                  f"os.kill(os.getpid(), signal.SIGKILL)", cache)
+    assert out.returncode == -9, out.stderr
+    _verify_and_hit(cache)
+
+
+def test_a_read_only_reader_sees_what_is_only_in_the_write_ahead_log(tmp_path):
+    """A cache baked into an image right after a process wrote it (its log not checkpointed)
+    is read in full from read-only storage."""
+    cache = tmp_path / "cache"
+    out = _python(f"import os, signal, kjit\n"
+                  f"assert kjit.compile({SRC!r}, arch='sm_90').cache_hit is False\n"
+                  f"os.kill(os.getpid(), signal.SIGKILL)", cache)   # nothing checkpoints the log
+    assert out.returncode == -9, out.stderr
+    assert (cache / "entries" / "cache.db-wal").stat().st_size > 0
+    table = Table.open(cache / "entries", immutable=True)
+    try:
+        assert len(table.keys()) == 1
+    finally:
+        table.close()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="Connection.setconfig is Python 3.12+")
+def test_the_log_left_at_exit_stays_short(tmp_path):
+    """Commits still checkpoint a log past WAL_PAGES, so the next opener reads little."""
+    from kjit.cache.index import WAL_PAGES
+    cache = tmp_path / "cache"
+    out = _python("import os\n"
+                  "from kjit.cache.store import DiskStore\n"
+                  "from kjit.objectcode import ObjectCode\n"
+                  "from pathlib import Path\nstore = DiskStore(Path(os.environ['KJIT_CACHE_DIR']))\n"
+                  "for i in range(60):\n"
+                  "    store.put(f'k{i}', ObjectCode(b'x' * 3000, kind='ptx', name='k'), {})\n", cache)
+    assert out.returncode == 0, out.stderr
+    wal = cache / "entries" / "cache.db-wal"
+    assert wal.stat().st_size > 0   # left at exit
+    assert wal.stat().st_size <= (WAL_PAGES + 40) * (4096 + 24) + 32
+    _verify_entries(cache, 60)
