@@ -117,6 +117,32 @@ def _context_of(context: Any) -> tuple[tuple[int, int] | None, int | None]:
         return None, None
 
 
+# cuInit takes tens of milliseconds inside the driver, and cuda.bindings holds the GIL through
+# it. compile(arch=None) starts it on a helper thread through ctypes (which releases the GIL)
+# before importing the compile path, so those imports and cuda.bindings' own overlap it;
+# init() then waits for the helper, and its own cuInit returns at once.
+_starting: threading.Thread | None = None
+
+
+def _init_in_background() -> None:
+    try:
+        libcuda_ctypes().cuInit(0)
+    except Exception:   # no driver: init() says so
+        pass
+
+
+def start_init() -> None:
+    """Start cuInit in the background (no-op once done or started); init() waits for it."""
+    global _starting
+    if _initialized or _starting is not None or _unavailable is not None:
+        return
+    with _lock:
+        if _starting is None:
+            _starting = threading.Thread(target=_init_in_background, name="kjit-cuinit",
+                                         daemon=True)
+            _starting.start()
+
+
 def init() -> None:
     """cuInit once per process; CudaUnavailableError (remembered) when there is no driver."""
     global _initialized, _unavailable
@@ -128,7 +154,9 @@ def init() -> None:
         if _unavailable is not None:  # a new instance each time, so tracebacks don't pile up
             raise CudaUnavailableError(str(_unavailable)) from None
         try:
-            drv = bindings()
+            drv = bindings()   # its import overlaps a cuInit start_init began
+            if _starting is not None:
+                _starting.join()
             (err,) = drv.cuInit(0)
         except Exception as exc:  # DynamicLibNotFoundError, OSError, RuntimeError from the loader
             _unavailable = CudaUnavailableError(
@@ -279,6 +307,11 @@ def _retain_in_background(ordinal: int) -> None:
         pass
 
 
+def making_context() -> bool:
+    """Whether a primary context is still being made on a helper thread."""
+    return any(t.is_alive() for t in _warming.values())
+
+
 def warm_primary_context(ordinal: int) -> None:
     """Start making device `ordinal`'s primary context in the background (no-op once retained
     or started); primary_context() waits for it."""
@@ -299,9 +332,10 @@ def _drop_helper_reference(ordinal: int) -> None:
 
 @atexit.register
 def _join_warming() -> None:
-    """Never leave a context half-made inside the driver while the process exits."""
-    for t in list(_warming.values()):
-        t.join(timeout=30)
+    """Never leave a cuInit or a context half-made inside the driver while the process exits."""
+    for t in [_starting, *_warming.values()]:
+        if t is not None:
+            t.join(timeout=30)
 
 
 def thread_device() -> int:

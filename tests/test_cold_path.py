@@ -95,3 +95,62 @@ def test_the_log_left_at_exit_stays_short(tmp_path):
     assert wal.stat().st_size > 0   # left at exit
     assert wal.stat().st_size <= (WAL_PAGES + 40) * (4096 + 24) + 32
     _verify_entries(cache, 60)
+
+
+# --- the device's arch: cuInit on a helper thread, overlapping the imports -----------------
+DEVICE_ARCH = r'''
+import sys, kjit
+from kjit import driver, errors
+src = 'extern "C" __global__ void f(int* p) { p[0] = 42; }'
+try:
+    obj = kjit.compile(src)
+except errors.InvalidOptionError as exc:
+    print("no arch:", exc)
+else:
+    print("arch", obj.arch)
+t = driver._starting
+print("cuInit helper", t is not None and not t.is_alive())
+if sys.argv[1] == "gpu":
+    major, minor = driver.compute_capability(driver.thread_device())
+    assert obj.arch == f"sm_{major}{minor}", obj.arch
+    assert driver._initialized
+'''
+
+
+def _device_arch(tmp_path, mode: str, **env: str) -> subprocess.CompletedProcess:
+    full = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path / "cache"), **env,
+                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    return subprocess.run([sys.executable, "-c", DEVICE_ARCH, mode], env=full, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_device_arch_without_a_driver_is_the_same_error_or_kjit_arch(tmp_path):
+    from kjit import driver
+    if driver.available():
+        pytest.skip("a CUDA driver is here: the GPU test covers this machine")
+    out = _device_arch(tmp_path, "cpu")
+    assert out.returncode == 0, out.stderr
+    assert "no arch: no architecture given and none can be detected" in out.stdout
+    assert "cuInit helper True" in out.stdout   # started, finished, nothing left running
+    out = _device_arch(tmp_path, "cpu", KJIT_ARCH="sm_90")
+    assert out.returncode == 0, out.stderr
+    assert "arch sm_90" in out.stdout and "cuInit helper True" in out.stdout
+
+
+def test_start_init_without_a_driver_keeps_init_s_error():
+    from kjit import driver
+    if driver.available():
+        pytest.skip("a CUDA driver is here")
+    code = ("from kjit import driver, errors\n"
+            "driver.start_init()\n"
+            "try:\n    driver.init()\nexcept errors.CudaUnavailableError as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.returncode == 0 and out.stdout.startswith("no CUDA driver found"), out
+
+
+@pytest.mark.gpu
+def test_device_arch_comes_from_a_cuinit_started_in_the_background(tmp_path):
+    out = _device_arch(tmp_path, "gpu")
+    assert out.returncode == 0, out.stderr
+    assert "cuInit helper True" in out.stdout and "arch sm_" in out.stdout, out.stdout
