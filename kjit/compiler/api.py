@@ -267,6 +267,11 @@ def _keyed_observed(req: CompileRequest, sig: tuple | None, t0: float) -> Object
     if found is None and not _observer().available(req.backend):  # no hooks here: scan
         return _keyed(req, sig, t0)
     if found is None:
+        # the compile's modules load before the lock, whose holder opens the cache databases
+        # on a helper thread: that thread's Python then runs beside NVRTC, not beside these
+        from . import portable, run, snapshot  # noqa: F401
+        if req.backend == "cuda":
+            from . import nvrtc  # noqa: F401
         with creation_lock("manifest-" + prekey):  # one process compiles a new kernel
             found = manifest.lookup(prekey)
             from . import portable  # a manifest miss only: a disk hit never loads it
