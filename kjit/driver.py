@@ -120,15 +120,32 @@ def _context_of(context: Any) -> tuple[tuple[int, int] | None, int | None]:
 # cuInit takes tens of milliseconds inside the driver, and cuda.bindings holds the GIL through
 # it. compile(arch=None) starts it on a helper thread through ctypes (which releases the GIL)
 # before importing the compile path, so those imports and cuda.bindings' own overlap it;
-# init() then waits for the helper, and its own cuInit returns at once.
+# init() then waits for it, and its own cuInit returns at once. When this cuInit is the
+# process's first, no thread can have a current context yet, so the calling thread's device is
+# its default one: the helper goes on to make that device's primary context (see
+# warm_primary_context), which the load that usually follows needs.
 _starting: threading.Thread | None = None
+_started = threading.Event()   # the helper's cuInit has returned
+_NOT_INITIALIZED = 3           # CUDA_ERROR_NOT_INITIALIZED
 
 
-def _init_in_background() -> None:
+def _init_in_background(device: int) -> None:
+    import ctypes
     try:
-        libcuda_ctypes().cuInit(0)
+        lib = libcuda_ctypes()
+        count = ctypes.c_int()
+        first = lib.cuDeviceGetCount(ctypes.byref(count)) == _NOT_INITIALIZED
+        ok = lib.cuInit(0) == 0
     except Exception:   # no driver: init() says so
-        pass
+        return
+    finally:
+        _started.set()
+    if ok and first and lib.cuDeviceGetCount(ctypes.byref(count)) == 0 and 0 <= device < count.value:
+        with _warm_lock:
+            if device in _primary or device in _warming:
+                return
+            _warming[device] = threading.current_thread()
+        _retain_in_background(device)
 
 
 def start_init() -> None:
@@ -139,7 +156,7 @@ def start_init() -> None:
     with _lock:
         if _starting is None:
             _starting = threading.Thread(target=_init_in_background, name="kjit-cuinit",
-                                         daemon=True)
+                                         args=(getattr(_tls, "default_device", 0),), daemon=True)
             _starting.start()
 
 
@@ -156,7 +173,7 @@ def init() -> None:
         try:
             drv = bindings()   # its import overlaps a cuInit start_init began
             if _starting is not None:
-                _starting.join()
+                _started.wait()
             (err,) = drv.cuInit(0)
         except Exception as exc:  # DynamicLibNotFoundError, OSError, RuntimeError from the loader
             _unavailable = CudaUnavailableError(
@@ -285,6 +302,7 @@ def primary_context(ordinal: int) -> Any:
 # reference, so the count is what it would have been.
 _warming: dict[int, threading.Thread] = {}
 _warm_retained: dict[int, Any] = {}
+_warm_lock = threading.Lock()   # one helper per device
 
 
 def libcuda_ctypes() -> Any:
@@ -315,12 +333,13 @@ def making_context() -> bool:
 def warm_primary_context(ordinal: int) -> None:
     """Start making device `ordinal`'s primary context in the background (no-op once retained
     or started); primary_context() waits for it."""
-    if ordinal in _primary or ordinal in _warming:
-        return
-    t = threading.Thread(target=_retain_in_background, args=(ordinal,), name="kjit-context",
-                         daemon=True)
-    _warming[ordinal] = t
-    t.start()
+    with _warm_lock:
+        if ordinal in _primary or ordinal in _warming:
+            return
+        t = threading.Thread(target=_retain_in_background, args=(ordinal,), name="kjit-context",
+                             daemon=True)
+        _warming[ordinal] = t
+        t.start()
 
 
 def _drop_helper_reference(ordinal: int) -> None:

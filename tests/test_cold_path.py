@@ -154,3 +154,59 @@ def test_device_arch_comes_from_a_cuinit_started_in_the_background(tmp_path):
     out = _device_arch(tmp_path, "gpu")
     assert out.returncode == 0, out.stderr
     assert "cuInit helper True" in out.stdout and "arch sm_" in out.stdout, out.stdout
+
+
+class _FakeLibcuda:
+    """libcuda's calls the cuInit helper makes, with `initialized` saying whether another
+    library ran cuInit first."""
+
+    def __init__(self, initialized: bool):
+        self.initialized, self.retained = initialized, []
+
+    def cuDeviceGetCount(self, count):
+        if not self.initialized:
+            return 3   # CUDA_ERROR_NOT_INITIALIZED
+        count._obj.value = 2
+        return 0
+
+    def cuInit(self, flags):
+        self.initialized = True
+        return 0
+
+    def cuDeviceGet(self, dev, ordinal):
+        dev._obj.value = ordinal
+        return 0
+
+    def cuDevicePrimaryCtxRetain(self, ctx, dev):
+        self.retained.append(dev.value)
+        ctx._obj.value = 0x1000 + dev.value
+        return 0
+
+
+@pytest.mark.parametrize("initialized", [False, True])
+def test_the_cuinit_helper_makes_the_default_device_s_context_only_after_the_first_cuinit(
+        monkeypatch, initialized):
+    """After the process's first cuInit no context is current anywhere, so the calling
+    thread's device is its default one and its context starts at once; after another
+    library's cuInit the calling thread may have a context current: nothing is made."""
+    import threading
+    from kjit import driver
+    fake = _FakeLibcuda(initialized)
+    monkeypatch.setattr(driver, "libcuda_ctypes", lambda: fake)
+    for name, value in (("_starting", None), ("_started", threading.Event()), ("_warming", {}),
+                        ("_warm_retained", {}), ("_primary", {}), ("_initialized", False),
+                        ("_unavailable", None)):
+        monkeypatch.setattr(driver, name, value)
+    previous = driver.set_default_device(1)
+    try:
+        driver.start_init()
+        assert driver._started.wait(10)
+        driver._starting.join(10)
+    finally:
+        driver.set_default_device(previous)
+    if initialized:
+        assert fake.retained == [] and driver._warming == {}
+    else:
+        assert fake.retained == [1] and driver._warm_retained == {1: 1}
+        assert driver._warming[1] is driver._starting   # warm_primary_context(1) waits for it
+        assert not driver.making_context()
