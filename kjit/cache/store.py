@@ -207,6 +207,7 @@ class DiskStore(StoreReads):
 
     def close(self) -> None:
         self._wait_opening()
+        self._reads = threading.local()   # readers of a database that may be replaced next
         for c in (self._entries, self._usage):
             if c is not None:
                 con = getattr(c._local, "con", None)
@@ -214,7 +215,6 @@ class DiskStore(StoreReads):
                     leave_wal_at_close(con, leave=False)
                 c.close()
         self._entries = self._usage = None
-        self._reads = threading.local()   # readers of a database that may be replaced next
 
     # --- entries ------------------------------------------------------------------------
     def get(self, key: str) -> tuple[ObjectCode, dict[str, Any]] | None:
