@@ -129,7 +129,7 @@ _started = threading.Event()   # the helper's cuInit has returned
 _NOT_INITIALIZED = 3           # CUDA_ERROR_NOT_INITIALIZED
 
 
-def _init_in_background(device: int) -> None:
+def _init_in_background(device: int | None) -> None:
     import ctypes
     try:
         lib = libcuda_ctypes()
@@ -140,7 +140,9 @@ def _init_in_background(device: int) -> None:
         return
     finally:
         _started.set()
-    if ok and first and lib.cuDeviceGetCount(ctypes.byref(count)) == 0 and 0 <= device < count.value:
+    if device is None or not (ok and first):
+        return
+    if lib.cuDeviceGetCount(ctypes.byref(count)) == 0 and 0 <= device < count.value:
         with _warm_lock:
             if device in _primary or device in _warming:
                 return
@@ -148,15 +150,18 @@ def _init_in_background(device: int) -> None:
         _retain_in_background(device)
 
 
-def start_init() -> None:
-    """Start cuInit in the background (no-op once done or started); init() waits for it."""
+def start_init(context: bool = True) -> None:
+    """Start cuInit in the background (no-op once done or started); init() waits for it.
+    context=False: never go on to make a context (a compile for a given arch, where NVRTC's
+    first compile calls cuInit itself)."""
     global _starting
     if _initialized or _starting is not None or _unavailable is not None:
         return
     with _lock:
         if _starting is None:
+            device = getattr(_tls, "default_device", 0) if context else None
             _starting = threading.Thread(target=_init_in_background, name="kjit-cuinit",
-                                         args=(getattr(_tls, "default_device", 0),), daemon=True)
+                                         args=(device,), daemon=True)
             _starting.start()
 
 

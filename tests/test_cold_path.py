@@ -183,12 +183,13 @@ class _FakeLibcuda:
         return 0
 
 
-@pytest.mark.parametrize("initialized", [False, True])
+@pytest.mark.parametrize("initialized, context", [(False, True), (True, True), (False, False)])
 def test_the_cuinit_helper_makes_the_default_device_s_context_only_after_the_first_cuinit(
-        monkeypatch, initialized):
+        monkeypatch, initialized, context):
     """After the process's first cuInit no context is current anywhere, so the calling
     thread's device is its default one and its context starts at once; after another
-    library's cuInit the calling thread may have a context current: nothing is made."""
+    library's cuInit the calling thread may have a context current: nothing is made. A
+    compile for a given arch (context=False) only runs cuInit."""
     import threading
     from kjit import driver
     fake = _FakeLibcuda(initialized)
@@ -199,14 +200,33 @@ def test_the_cuinit_helper_makes_the_default_device_s_context_only_after_the_fir
         monkeypatch.setattr(driver, name, value)
     previous = driver.set_default_device(1)
     try:
-        driver.start_init()
+        driver.start_init(context=context)
         assert driver._started.wait(10)
         driver._starting.join(10)
     finally:
         driver.set_default_device(previous)
-    if initialized:
+    assert fake.initialized
+    if initialized or not context:
         assert fake.retained == [] and driver._warming == {}
     else:
         assert fake.retained == [1] and driver._warm_retained == {1: 1}
         assert driver._warming[1] is driver._starting   # warm_primary_context(1) waits for it
         assert not driver.making_context()
+
+
+def test_a_compile_that_must_run_nvrtc_starts_cuinit_in_the_background(tmp_path, monkeypatch):
+    """NVRTC's first compile calls cuInit where a driver is installed: a compile that cannot
+    hit (no cache directory yet, or cache=False) starts it first, with no context; one that
+    may hit starts nothing (a hit needs no driver)."""
+    import kjit
+    from kjit import driver
+    started = []
+    monkeypatch.setattr(driver, "start_init", lambda context=True: started.append(context))
+    monkeypatch.setenv("KJIT_CACHE_DIR", str(tmp_path / "new"))
+    assert kjit.compile(SRC, arch="sm_90").cache_hit is False
+    assert started == [False]
+    assert kjit.compile(SRC + " ", arch="sm_90").cache_hit is False   # the directory exists now
+    assert kjit.compile(SRC, arch="sm_90").cache_hit is True
+    assert started == [False]
+    assert kjit.compile(SRC, arch="sm_90", cache=False).cache_hit is None
+    assert started == [False, False]
