@@ -271,7 +271,12 @@ def _keyed_observed(req: CompileRequest, sig: tuple | None, t0: float) -> Object
         # on a helper thread: that thread's Python then runs beside NVRTC, not beside these
         from . import portable, run, snapshot  # noqa: F401
         if req.backend == "cuda":
-            from . import nvrtc  # noqa: F401
+            from . import nvrtc
+            if not nvrtc.deferring.get():
+                # NVRTC's first compile calls cuInit where a driver is installed: started
+                # now, it overlaps cuda.bindings' import and NVRTC's load instead
+                from .. import driver
+                driver.start_init(context=False)
         with creation_lock("manifest-" + prekey):  # one process compiles a new kernel
             found = manifest.lookup(prekey)
             from . import portable  # a manifest miss only: a disk hit never loads it
