@@ -9,8 +9,9 @@
    the device's), cuda.core and CuPy, each process with fresh caches, taking turns for
    ROUNDS rounds; the wall time from spawn to exit, and the median of per-round ratios to
    bare NVRTC.
-3. Where kjit's fresh cold compile spends its time (arch given), by step, beside bare NVRTC's.
-The sweep and the kjit and bare rows need no GPU; CuPy and the device-arch row skip without one.
+3. Where kjit's fresh cold compile spends its time (arch given, and with a GPU the device's
+   arch), by step, beside bare NVRTC's, with each process's start and exit.
+The sweep and the kjit and bare rows need no GPU; CuPy and the device-arch rows skip without one.
 """
 from __future__ import annotations
 
@@ -180,35 +181,61 @@ def cold_table(rounds: int = ROUNDS) -> dict:
     return out
 
 
-MARKS = '''
-import time, json; t0 = time.perf_counter(); M = {{}}
+# Each script prints its marks (ms since its first line); the parent adds the process's start
+# (spawn to the first line) and exit (the last mark to the process's end), from SPAWN_T.
+PRELUDE = """
+import os, time, json; t0 = time.perf_counter(); M = {{}}
+M["python start (spawn to the script's first line)"] = (time.time() - float(os.environ["SPAWN_T"])) * 1e3
 def m(k): M[k] = (time.perf_counter() - t0) * 1e3
+"""
+TIMED = """
+T = {{}}
+def timed(places, name, label):
+    # the first of `places` ("module:Class" or "module") that has `name`: modules move
+    import importlib
+    for place in places:
+        mod, _, cls = place.partition(":")
+        try:
+            owner = importlib.import_module(mod)
+            owner = getattr(owner, cls) if cls else owner
+            f = getattr(owner, name)
+        except (ImportError, AttributeError):
+            continue
+        def w(*a, _f=f, **k):
+            t = time.perf_counter()
+            try:
+                return _f(*a, **k)
+            finally:
+                T[label] = T.get(label, 0) + (time.perf_counter() - t) * 1e3
+        setattr(owner, name, w)
+        return
+STORE = ("kjit.cache.disk:DiskStore",)
+"""
+MARKS = PRELUDE + """
 import kjit; m("import kjit")
 import kjit.compiler.api as api; m("import the compile path")
 from kjit.compiler import facts; facts.nvrtc(); m("NVRTC facts (loads libnvrtc)")
 req = api.make_request({src!r}, arch={arch!r}); m("validate the request")
-from kjit.cache import disk
-from kjit.compiler import nvrtc
-T = {{}}
-def timed(owner, name, label):
-    f = getattr(owner, name)
-    def w(*a, **k):
-        t = time.perf_counter()
-        try:
-            return f(*a, **k)
-        finally:
-            T[label] = T.get(label, 0) + (time.perf_counter() - t) * 1e3
-    setattr(owner, name, w)
-timed(disk.DiskStore, "_open", "  of which: cache databases created")
-timed(disk.DiskStore, "_store", "  of which: the entry stored")
-timed(nvrtc, "compile_source", "  of which: NVRTC")
+""" + TIMED + """
+timed(STORE, "_open", "  of which: cache databases created (a helper thread, beside NVRTC)")
+timed(STORE, "_store", "  of which: the entry stored")
+timed(("kjit.compiler.nvrtc",), "compile_source", "  of which: NVRTC")
 assert kjit.compile({src!r}, arch={arch!r}).cache_hit is False; m("compile: key, lock, NVRTC, store")
 M.update(T)
 print("MARKS" + json.dumps(M))
-'''
-BARE_MARKS = '''
-import time, json; t0 = time.perf_counter(); M = {{}}
-def m(k): M[k] = (time.perf_counter() - t0) * 1e3
+"""
+DEVICE_MARKS = PRELUDE + """
+import kjit; m("import kjit")
+""" + TIMED + """
+timed(("kjit.driver",), "init", "  of which: cuda.bindings' import and the wait for cuInit")
+timed(("kjit.driver",), "compute_capability", "  of which: the compute capability")
+timed(STORE, "_open", "  of which: cache databases created (a helper thread, beside NVRTC)")
+timed(("kjit.compiler.nvrtc",), "compile_source", "  of which: NVRTC")
+assert kjit.compile({src!r}).cache_hit is False; m("kjit.compile with the device's arch")
+M.update(T)
+print("MARKS" + json.dumps(M))
+"""
+BARE_MARKS = PRELUDE + """
 from cuda.bindings import nvrtc; m("import cuda.bindings.nvrtc")
 nvrtc.nvrtcVersion(); m("libnvrtc loaded")
 flags = [f.encode() for f in {flags!r}]
@@ -216,27 +243,40 @@ err, prog = nvrtc.nvrtcCreateProgram({src!r}.encode(), b"kernel.cu", 0, [], [])
 (res,) = nvrtc.nvrtcCompileProgram(prog, len(flags), flags)
 err, n = nvrtc.nvrtcGetCUBINSize(prog); nvrtc.nvrtcGetCUBIN(prog, bytearray(n)); m("compile")
 print("MARKS" + json.dumps(M))
-'''
+"""
+EXIT = "exit (the script's last line to the process's end)"
 
 
 def breakdown(rounds: int = ROUNDS) -> dict:
-    """ms since each script's first line, median over rounds, small kernel, fresh caches."""
+    """ms since each script's first line, median over rounds, small kernel, fresh caches;
+    with the process's start and exit."""
+    from kjit import driver
     arch, dirs = _arch(), _include_dirs()
     src = launch_source(3)
     scripts = {"kjit": MARKS.format(src=src, arch=arch),
                "bare NVRTC": BARE_MARKS.format(src=src, flags=[f"--gpu-architecture={arch}"]
                                                + [f"-I{d}" for d in dirs])}
+    if driver.available():
+        scripts["kjit (the device's arch)"] = DEVICE_MARKS.format(src=src)
     marks: dict[str, list[dict]] = {k: [] for k in scripts}
     for _ in range(rounds):
         for tool, code in scripts.items():
             with tempfile.TemporaryDirectory() as tmp:
                 env = dict(os.environ, KJIT_CACHE_DIR=tmp, PYTHONPATH=os.pathsep.join(
                     p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+                env["SPAWN_T"] = repr(time.time())
+                t0 = time.perf_counter()
                 res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                                      text=True, timeout=300)
+                total = (time.perf_counter() - t0) * 1e3
                 if "MARKS" not in res.stdout:
                     raise SystemExit(f"breakdown script failed:\n{res.stderr[-3000:]}")
-                marks[tool].append(json.loads(res.stdout.split("MARKS", 1)[1]))
+                got = json.loads(res.stdout.split("MARKS", 1)[1])
+                start = got.get("python start (spawn to the script's first line)", 0.0)
+                last = max(v for k, v in got.items() if not k.startswith(("  ", "python start")))
+                got[EXIT] = total - start - last
+                got["process, spawn to exit"] = total
+                marks[tool].append(got)
     out: dict = {}
     for tool, runs in marks.items():
         for step in runs[0]:

@@ -77,18 +77,39 @@ def compile(source: str, *, arch: Any = None, backend: str = "cuda", **kwargs: A
     """
     device_arch = arch is None and backend == "cuda"
     if device_arch:
-        # The current device's arch. Asking for it starts the device's context in the
-        # background, so the compile path's imports and its cache hit overlap the ~100 ms
+        # The current device's arch: cuInit starts first, in the background, so that the
+        # compile path's imports overlap it. Asking for the arch then starts the device's
+        # context in the background, so the compile and its cache lookup overlap the ~100 ms
         # the driver takes to make it, instead of running before it starts.
+        from . import driver
+        driver.start_init()
+        from .compiler.api import compile as compile_through_cache
         from .arch import resolve
         arch = resolve(None, "cuda").name
-    from .compiler.api import compile as compile_through_cache
+    else:
+        if backend == "cuda" and _compiles(kwargs):
+            # NVRTC's first compile in a process calls cuInit where a CUDA driver is installed
+            # (tens of ms, inside nvrtcCompileProgram): started now, in the background, it
+            # overlaps the imports and NVRTC's load instead, and NVRTC's own call returns at once
+            from . import driver
+            driver.start_init(context=False)
+        from .compiler.api import compile as compile_through_cache
     obj = compile_through_cache(source, arch=arch, backend=backend, **kwargs)
-    if device_arch:
-        # the load that usually follows needs the runtime; in a fresh process its imports
-        # now overlap the context still being made, instead of following it
+    if device_arch and driver.making_context():
+        # the load that usually follows needs the runtime: its imports now overlap the
+        # context still being made (once it is made, they cost the same now or at the load)
         import kjit.runtime.module  # noqa: F401
     return obj
+
+
+def _compiles(kwargs: dict) -> bool:
+    """Whether this compile certainly runs the compiler: caching is off for it, or there is no
+    cache directory yet (a process's first compile on a new machine or cache). Otherwise a hit
+    is possible, and a hit needs no driver."""
+    if kwargs.get("cache") is False:
+        return True
+    from .locations import cache_dirs
+    return not any(d.exists() for d in cache_dirs())
 
 
 def load(code: Any, *, jit_options: Any = None) -> Any:

@@ -117,6 +117,54 @@ def _context_of(context: Any) -> tuple[tuple[int, int] | None, int | None]:
         return None, None
 
 
+# cuInit takes tens of milliseconds inside the driver, and cuda.bindings holds the GIL through
+# it. compile(arch=None) starts it on a helper thread through ctypes (which releases the GIL)
+# before importing the compile path, so those imports and cuda.bindings' own overlap it;
+# init() then waits for it, and its own cuInit returns at once. When this cuInit is the
+# process's first, no thread can have a current context yet, so the calling thread's device is
+# its default one: the helper goes on to make that device's primary context (see
+# warm_primary_context), which the load that usually follows needs.
+_starting: threading.Thread | None = None
+_started = threading.Event()   # the helper's cuInit has returned
+_NOT_INITIALIZED = 3           # CUDA_ERROR_NOT_INITIALIZED
+
+
+def _init_in_background(device: int | None) -> None:
+    import ctypes
+    try:
+        lib = libcuda_ctypes()
+        count = ctypes.c_int()
+        first = lib.cuDeviceGetCount(ctypes.byref(count)) == _NOT_INITIALIZED
+        ok = lib.cuInit(0) == 0
+    except Exception:   # no driver: init() says so
+        return
+    finally:
+        _started.set()
+    if device is None or not (ok and first):
+        return
+    if lib.cuDeviceGetCount(ctypes.byref(count)) == 0 and 0 <= device < count.value:
+        with _warm_lock:
+            if device in _primary or device in _warming:
+                return
+            _warming[device] = threading.current_thread()
+        _retain_in_background(device)
+
+
+def start_init(context: bool = True) -> None:
+    """Start cuInit in the background (no-op once done or started); init() waits for it.
+    context=False: never go on to make a context (a compile for a given arch, where NVRTC's
+    first compile calls cuInit itself)."""
+    global _starting
+    if _initialized or _starting is not None or _unavailable is not None:
+        return
+    with _lock:
+        if _starting is None:
+            device = getattr(_tls, "default_device", 0) if context else None
+            _starting = threading.Thread(target=_init_in_background, name="kjit-cuinit",
+                                         args=(device,), daemon=True)
+            _starting.start()
+
+
 def init() -> None:
     """cuInit once per process; CudaUnavailableError (remembered) when there is no driver."""
     global _initialized, _unavailable
@@ -128,7 +176,9 @@ def init() -> None:
         if _unavailable is not None:  # a new instance each time, so tracebacks don't pile up
             raise CudaUnavailableError(str(_unavailable)) from None
         try:
-            drv = bindings()
+            drv = bindings()   # its import overlaps a cuInit start_init began
+            if _starting is not None:
+                _started.wait()
             (err,) = drv.cuInit(0)
         except Exception as exc:  # DynamicLibNotFoundError, OSError, RuntimeError from the loader
             _unavailable = CudaUnavailableError(
@@ -257,6 +307,7 @@ def primary_context(ordinal: int) -> Any:
 # reference, so the count is what it would have been.
 _warming: dict[int, threading.Thread] = {}
 _warm_retained: dict[int, Any] = {}
+_warm_lock = threading.Lock()   # one helper per device
 
 
 def libcuda_ctypes() -> Any:
@@ -279,15 +330,21 @@ def _retain_in_background(ordinal: int) -> None:
         pass
 
 
+def making_context() -> bool:
+    """Whether a primary context is still being made on a helper thread."""
+    return any(t.is_alive() for t in _warming.values())
+
+
 def warm_primary_context(ordinal: int) -> None:
     """Start making device `ordinal`'s primary context in the background (no-op once retained
     or started); primary_context() waits for it."""
-    if ordinal in _primary or ordinal in _warming:
-        return
-    t = threading.Thread(target=_retain_in_background, args=(ordinal,), name="kjit-context",
-                         daemon=True)
-    _warming[ordinal] = t
-    t.start()
+    with _warm_lock:
+        if ordinal in _primary or ordinal in _warming:
+            return
+        t = threading.Thread(target=_retain_in_background, args=(ordinal,), name="kjit-context",
+                             daemon=True)
+        _warming[ordinal] = t
+        t.start()
 
 
 def _drop_helper_reference(ordinal: int) -> None:
@@ -299,9 +356,10 @@ def _drop_helper_reference(ordinal: int) -> None:
 
 @atexit.register
 def _join_warming() -> None:
-    """Never leave a context half-made inside the driver while the process exits."""
-    for t in list(_warming.values()):
-        t.join(timeout=30)
+    """Never leave a cuInit or a context half-made inside the driver while the process exits."""
+    for t in [_starting, *_warming.values()]:
+        if t is not None:
+            t.join(timeout=30)
 
 
 def thread_device() -> int:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from . import entry as entry_mod
 from . import trust
 from .settings import size_limit
-from .tables import Table, delete_rows, safe_disk, sqlite3
+from .tables import Table, delete_rows, leave_wal_at_close, safe_disk, sqlite3
 from ..objectcode import ObjectCode
 
 if TYPE_CHECKING:
@@ -105,6 +105,26 @@ class StoreReads:
         return size_limit()
 
 
+def _cache_type() -> type:
+    """diskcache.Cache whose connections (one per thread) leave the log at close."""
+    global _Cache
+    if _Cache is None:
+        import diskcache
+
+        class _Cache(diskcache.Cache):
+            @property
+            def _con(self) -> Any:
+                before = getattr(self._local, "con", None)
+                con = diskcache.Cache._con.fget(self)
+                if con is not before:
+                    leave_wal_at_close(con, self.directory)
+                return con
+    return _Cache
+
+
+_Cache: Any = None
+
+
 class DiskStore(StoreReads):
     """One cache directory. Opened lazily; every public method may raise Unavailable."""
 
@@ -158,8 +178,8 @@ class DiskStore(StoreReads):
             import diskcache
             # Eviction is ours (evict_lru): diskcache's culls ten entries at a time and its
             # access times miss the hits served from memory.
-            return diskcache.Cache(str(self.path / name), size_limit=size, disk=safe_disk(),
-                                   eviction_policy="none", statistics=False, timeout=60)
+            return _cache_type()(str(self.path / name), size_limit=size, disk=safe_disk(),
+                                 eviction_policy="none", statistics=False, timeout=60)
         except (OSError, sqlite3.Error) as exc:
             raise Unavailable(f"{self.path}: {exc.strerror if isinstance(exc, trust.Untrusted) else exc}") from exc
 
@@ -183,11 +203,14 @@ class DiskStore(StoreReads):
 
     def close(self) -> None:
         self._wait_opening()
+        self._reads = threading.local()   # readers of a database that may be replaced next
         for c in (self._entries, self._usage):
             if c is not None:
+                con = getattr(c._local, "con", None)
+                if con is not None:   # closed on purpose (kjit cache, tests): log merged
+                    leave_wal_at_close(con, leave=False)
                 c.close()
         self._entries = self._usage = None
-        self._reads = threading.local()   # readers of a database that may be replaced next
 
     # --- entries ------------------------------------------------------------------------
     def get(self, key: str) -> tuple[ObjectCode, dict[str, Any]] | None:
@@ -219,6 +242,8 @@ class DiskStore(StoreReads):
         """The entries table for a lookup. Until this process writes, a plain SQLite
         connection reads it: a disk hit imports neither diskcache nor pickle (a tenth of a
         fresh process's own time). None while the database does not exist yet (a miss)."""
+        if self._opening is not None and not self._opening.is_alive():
+            self._wait_opening()   # opened: its connection reads, no second one opens and closes
         if self._opening is None and self._entries is not None:
             return Table.of(self._entries)
         table = getattr(self._reads, "table", None)

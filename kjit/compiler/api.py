@@ -179,6 +179,16 @@ def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
         return _scanned_key(req, path)
     job = Observed(req, path)
     if found is None:
+        # the compile's modules load before the lock, whose holder opens the cache databases
+        # on a helper thread: that thread's Python then runs beside NVRTC, not beside these
+        from . import portable, snapshot  # noqa: F401
+        if req.backend == "cuda":
+            from . import nvrtc
+            if not nvrtc.deferring.get():
+                # NVRTC's first compile calls cuInit where a driver is installed: started
+                # now, it overlaps cuda.bindings' import and NVRTC's load instead
+                from .. import driver
+                driver.start_init(context=False)
         with creation_lock("manifest-" + prekey):
             found = manifest.lookup(prekey)
             from . import portable  # a manifest miss only: a disk hit never loads it
