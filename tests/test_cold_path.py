@@ -221,14 +221,14 @@ def test_a_compile_that_must_run_nvrtc_starts_cuinit_in_the_background(tmp_path,
     driver)."""
     import kjit
     from kjit import driver
-    from kjit.cache import core
+    from kjit.cache import lookup
     started = []
     monkeypatch.setattr(driver, "start_init", lambda context=True: started.append(context))
     monkeypatch.setenv("KJIT_CACHE_DIR", str(tmp_path / "new"))
     assert kjit.compile(SRC, arch="sm_90").cache_hit is False
     assert started and not any(started)
     started.clear()
-    core._caches.clear()   # a disk hit, as in a new process
+    lookup._caches.clear()   # a disk hit, as in a new process
     assert kjit.compile(SRC, arch="sm_90").cache_hit is True
     assert started == []
     assert kjit.compile(SRC + " ", arch="sm_90").cache_hit is False   # a miss: the directory exists
