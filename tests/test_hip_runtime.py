@@ -328,6 +328,9 @@ def test_hip_kernels_take_the_same_checked_arguments_as_cuda():
         fn.pack((2.0, np.ones(3, np.float32), kjit.ptr(32), 5, {"f": 1.0, "f4": (1, 2, 3, 4)}))
     with pytest.raises(ArgumentError, match="does not fit"):
         fn.pack((2.0, kjit.ptr(16), kjit.ptr(32), 2**40, {"f": 1.0, "f4": (1, 2, 3, 4)}))
+    # struct refuses an address beyond 64 bits that the converters let through: still named
+    with pytest.raises(ArgumentError, match=r"parameter 2 'y' \(float\*\).*does not fit"):
+        fn.pack((2.0, kjit.ptr(16), kjit.ptr(2**64), 5, {"f": 1.0, "f4": (1, 2, 3, 4)}))
 
 
 @needs_hiprtc

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ..errors import ArgumentError
 from .aggregates import aggregate, raw_bytes
 from .dtypes import is_numpy
-from .memory import DeviceArray, launch_key
+from .memory import DeviceArray, _HostTransfer, launch_key
 from .pointers import pointer, ptr
 from .scalars import floating, integer
 from .slots import ParamSlot, layout, slot_format
@@ -127,10 +127,23 @@ class Packer:
             self.struct.pack_into(buf, 0, *self.convert_all(args, pending))
         except (struct.error, OverflowError):
             pending.clear()
-            raise self.diagnose(args) from None
+            raise self._refused(args) from None
         except BaseException:
             pending.clear()
             raise
+
+    def _refused(self, args: tuple) -> ArgumentError:
+        """After struct refused a value the converters let through (an address beyond 64
+        bits): the parameter it was for, found by packing each one alone."""
+        for s, a in zip(self.slots, args):
+            if isinstance(a, _HostTransfer):   # converting it would allocate and copy
+                continue
+            try:
+                struct.pack("<" + slot_format(s), convert(s, a, self.device, []))
+            except (struct.error, OverflowError) as exc:
+                return ArgumentError(f"{s.describe()}: {a!r} does not fit the parameter's "
+                                     f"{s.size} bytes ({exc})")
+        return ArgumentError(f"kernel {self.kernel_name}: an argument could not be packed")
 
     def _c_fill(self, buf: Any, pack: Callable) -> Callable[[tuple, list], None]:
         spec, tokens = self.c_spec()

@@ -117,14 +117,9 @@ class HipFunction:
 
     def pack(self, args: tuple) -> HipParams:
         """Arguments checked and converted exactly as for CUDA kernels, packed for HIP."""
-        import struct
         packer = self._packer_for()
-        values = packer.convert_all(args, [])
         buf = ctypes.create_string_buffer(max(packer.size, 1))
-        try:
-            packer.struct.pack_into(buf, 0, *values)
-        except (struct.error, OverflowError):
-            raise packer.diagnose(args) from None
+        packer.careful(buf, args, [])
         return HipParams(buf, size=packer.size)
 
     def __getitem__(self, config: Any):
