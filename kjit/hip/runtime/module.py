@@ -117,7 +117,16 @@ class HipFunction:
 
     def pack(self, args: tuple) -> HipParams:
         """Arguments checked and converted exactly as for CUDA kernels, packed for HIP."""
+        from ...runtime.memory import _HostTransfer
         packer = self._packer_for()
+        for slot, a in zip(packer.slots, args):
+            if isinstance(a, _HostTransfer):   # its copies would go through CUDA memory
+                kind = type(a).__name__
+                raise ArgumentError(
+                    f"{slot.describe()}: kjit.{kind} copies through CUDA memory, which a HIP "
+                    f"kernel cannot use. Pass a device array: copy the data into a "
+                    f"kjit.hip.runtime.HipBuffer (copy_from_host), pass kjit.ptr(int(buf)), "
+                    f"and copy it back with copy_to_host after hip.synchronize()")
         buf = ctypes.create_string_buffer(max(packer.size, 1))
         packer.careful(buf, args, [])
         return HipParams(buf, size=packer.size)
