@@ -90,3 +90,16 @@ def test_the_c_launcher_is_the_fast_form_only_where_c_packs_everything():
     k._packer = Packer("k", layout([p.ctype for p in sig.params], [p.name for p in sig.params], None), 0)
     run = launchers.build(k, fill, (1, 1, 1, 1, 1, 1), 0, None, (1, 1), launchers.AUTO_STREAM)
     assert type(run).__name__ == "function"
+
+
+def test_the_c_packers_spec_is_made_once_per_kernel(monkeypatch):
+    # each launch configuration builds a launcher; the spec and the slots left to Python are
+    # the kernel's, not remade per configuration or per look
+    seen = []
+    kind = Packer.c_kind
+    monkeypatch.setattr(Packer, "c_kind", lambda self, slot: seen.append(slot) or kind(self, slot))
+    k, fill, _ = _kernel(c_function("pack"))
+    for g in range(1, 6):
+        launchers.build(k, fill, (g, 1, 1, 32, 1, 1), 0, None, (g, 32), launchers.AUTO_STREAM)
+        assert k._packer.python_slots == () and k._packer.c_spec()[1][1] is not None
+    assert len(seen) == len(k._packer.slots)

@@ -10,6 +10,7 @@ parameter, never a silently wrong kernel input.
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 from typing import Any, Callable
 
@@ -83,20 +84,29 @@ class Packer:
             return 20, launch_key(c.typestr, self.device)
         return (self._C_KINDS.get((c.kind, c.size), 0) if c is not None else 0), None
 
+    @functools.cached_property
+    def _c_kinds(self) -> tuple[tuple[int, tuple | None], ...]:
+        return tuple(self.c_kind(s) for s in self.slots)
+
     def c_spec(self) -> tuple[bytes, tuple]:
         """(spec, tokens) for the C packer: bytes of (int32 kind, int32 offset) per parameter,
         and per parameter the token of the arrays it takes. Kind 0 marks the slots only Python
-        converts (structs, vectors, bools, halves, pointers of unknown type): `python_slots`."""
-        kinds = [self.c_kind(s) for s in self.slots]
-        spec = b"".join(struct.pack("<ii", kind, s.offset) for (kind, _), s in zip(kinds, self.slots))
-        return spec, tuple(token for _, token in kinds)
+        converts (structs, vectors, bools, halves, pointers of unknown type): `python_slots`.
+        Made once per Packer: every launch configuration's launcher shares it."""
+        return self._c_spec
 
-    @property
+    @functools.cached_property
+    def _c_spec(self) -> tuple[bytes, tuple]:
+        spec = b"".join(struct.pack("<ii", kind, s.offset)
+                        for (kind, _), s in zip(self._c_kinds, self.slots))
+        return spec, tuple(token for _, token in self._c_kinds)
+
+    @functools.cached_property
     def python_slots(self) -> tuple[ParamSlot, ...]:
         """The slots the C packer leaves to Python; none: the C launcher can launch alone."""
-        return tuple(s for s in self.slots if self.c_kind(s)[0] == 0)
+        return tuple(s for s, (kind, _) in zip(self.slots, self._c_kinds) if kind == 0)
 
-    @property
+    @functools.cached_property
     def pointer_indices(self) -> tuple[int, ...]:
         """Indices of the parameters that may receive a framework's array (its stream matters)."""
         return tuple(s.index for s in self.slots
