@@ -249,3 +249,26 @@ def test_an_unknown_type_given_an_address_too_big_names_the_parameter():
     pk = Packer("k", layout([None], ["arg0"], [(0, 8)]), 0)
     with pytest.raises(ArgumentError, match=r"parameter 0 'arg0'.*does not fit"):
         pk.careful(bytearray(8), (ptr(2**64),), [])
+
+
+@pytest.mark.parametrize("pack", _packers(), ids=lambda p: "c packer" if p else "python")
+def test_a_refused_argument_drops_the_copies_already_made(pack, monkeypatch):
+    # an In copy is made, then a later argument is refused: nothing runs, so no copy is kept
+    # (an Out would otherwise be copied back after some later launch)
+    from kjit import In
+    from kjit.runtime.memory import DeviceArray, _HostTransfer
+    made = []
+    monkeypatch.setattr(_HostTransfer, "to_device", lambda self: made.append(self) or
+                        DeviceArray(4, np.float32, ptr=0x7000, device=0))
+    src = 'struct S { float a; int b; };\nextern "C" __global__ void k(void* p, S s, int n) {}'
+    pk = packer_for(src, "k")
+    buf, _arr, _addr = pk.new_buffers()
+    fill = pk.filler(buf, pack)
+    for bad, why in [(((1.0, 2), 2**40), r"parameter 2 'n'"), (((1.0, 2.5), 1), "is an integer")]:
+        pending = []
+        with pytest.raises(ArgumentError, match=why):
+            fill((In(np.ones(4, np.float32)), *bad), pending)
+        assert made and pending == []
+    pending = []
+    fill((In(np.ones(4, np.float32)), (1.0, 2), 3), pending)
+    assert len(pending) == 1 and struct.unpack_from("<Q", buf, 0)[0] == 0x7000

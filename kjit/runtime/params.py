@@ -155,6 +155,15 @@ class Packer:
                                      f"{s.size} bytes ({exc})")
         return ArgumentError(f"kernel {self.kernel_name}: an argument could not be packed")
 
+    def _fast_failed(self, exc: BaseException, buf: Any, args: tuple, pending: list) -> None:
+        """A packing step's common path failed: a value struct refused goes to the careful
+        converters, which pack it or name its parameter; anything else is raised. Either
+        way the copies made so far are dropped (on an error nothing runs: no Out copies)."""
+        pending.clear()
+        if not isinstance(exc, (struct.error, OverflowError)):
+            raise exc
+        self.careful(buf, args, pending)
+
     def _c_fill(self, buf: Any, pack: Callable) -> Callable[[tuple, list], None]:
         spec, tokens = self.c_spec()
         address, device = ctypes.addressof(buf), self.device
@@ -166,12 +175,8 @@ class Packer:
             try:
                 for s, pack_into in rest:
                     pack_into(buf, s.offset, convert(s, args[s.index], device, pending))
-            except (struct.error, OverflowError):
-                pending.clear()
-                self.careful(buf, args, pending)
-            except BaseException:
-                pending.clear()   # nothing will run: no Out copies to make
-                raise
+            except BaseException as exc:
+                self._fast_failed(exc, buf, args, pending)
         return fill
 
     def _python_fill(self, buf: Any) -> Callable[[tuple, list], None]:
@@ -205,10 +210,6 @@ class Packer:
                 for i, s in rest_:
                     values[i] = convert(s, values[i], device, pending)
                 pack_into(buf, 0, *values)
-            except (struct.error, OverflowError):
-                pending.clear()
-                self.careful(buf, args, pending)
-            except BaseException:
-                pending.clear()   # nothing will run: no Out copies to make
-                raise
+            except BaseException as exc:
+                self._fast_failed(exc, buf, args, pending)
         return fill
