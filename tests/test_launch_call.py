@@ -55,7 +55,8 @@ def _launcher(fallback, nargs=1):
     from kjit.runtime.memory import DeviceArray
     spec = b"".join(struct.pack("<ii", 5, 4 * i) for i in range(nargs))   # int32 parameters
     return _launch.launcher(fallback, lambda err, stream: None, spec, (None,) * nargs, DeviceArray,
-                            [None], "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0, 0)
+                            [None], "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, ctypes.c_uint64(0),
+                            0, 0)
 
 
 def test_launcher_hands_what_it_cannot_launch_to_the_python_launcher():
