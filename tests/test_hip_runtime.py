@@ -328,6 +328,23 @@ def test_hip_kernels_take_the_same_checked_arguments_as_cuda():
         fn.pack((2.0, np.ones(3, np.float32), kjit.ptr(32), 5, {"f": 1.0, "f4": (1, 2, 3, 4)}))
     with pytest.raises(ArgumentError, match="does not fit"):
         fn.pack((2.0, kjit.ptr(16), kjit.ptr(32), 2**40, {"f": 1.0, "f4": (1, 2, 3, 4)}))
+    # struct refuses an address beyond 64 bits that the converters let through: still named
+    with pytest.raises(ArgumentError, match=r"parameter 2 'y' \(float\*\).*does not fit"):
+        fn.pack((2.0, kjit.ptr(16), kjit.ptr(2**64), 5, {"f": 1.0, "f4": (1, 2, 3, 4)}))
+
+
+@needs_hiprtc
+@pytest.mark.parametrize("wrap", ["In", "Out", "InOut"])
+def test_hip_kernels_refuse_in_out_copies_naming_the_parameter(wrap, monkeypatch):
+    # In/Out copy through CUDA memory: a HIP kernel would read a CUDA address and an Out
+    # array would never be filled; refused before any copy is made
+    from kjit.runtime.memory import _HostTransfer
+    monkeypatch.setattr(_HostTransfer, "to_device", lambda self: pytest.fail("copied"))
+    obj = kjit.compile(STRUCT_SRC, backend="hip", arch="gfx90a")
+    fn = _function_without_a_gpu(obj, "saxpy_s")
+    y = getattr(kjit, wrap)(np.zeros(5, np.float32))
+    with pytest.raises(ArgumentError, match=rf"parameter 2 'y' \(float\*\): kjit.{wrap} .*HipBuffer"):
+        fn.pack((2.0, kjit.ptr(16), y, 5, {"f": 1.0, "f4": (1, 2, 3, 4)}))
 
 
 @needs_hiprtc

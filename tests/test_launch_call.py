@@ -55,7 +55,8 @@ def _launcher(fallback, nargs=1):
     from kjit.runtime.memory import DeviceArray
     spec = b"".join(struct.pack("<ii", 5, 4 * i) for i in range(nargs))   # int32 parameters
     return _launch.launcher(fallback, lambda err, stream: None, spec, (None,) * nargs, DeviceArray,
-                            [None], "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0, 0)
+                            [None], "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, ctypes.c_uint64(0),
+                            0, 0)
 
 
 def test_launcher_hands_what_it_cannot_launch_to_the_python_launcher():
@@ -245,6 +246,82 @@ def test_kernel_bases_are_collected_in_cycles():
     del k
     gc.collect()
     assert ref() is None
+
+
+def _run_dev_mode(code):
+    """`code` in a fresh interpreter with Python's debug allocator (-X dev): memory freed while
+    still in use is overwritten, so a use after free crashes instead of passing by luck."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return subprocess.run([sys.executable, "-X", "dev", "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_kernel_base_lookup_survives_a_config_that_replaces_the_table():
+    # the config's __hash__ runs Python in the middle of k[config]; here it replaces the
+    # table being searched, dropping its last reference
+    _base("KernelBase")
+    run = _run_dev_mode("""
+        from kjit.runtime.libcuda import c_function
+
+        class K(c_function("KernelBase")):
+            def _configure(self, config):
+                return "configured"
+
+        class Config:
+            def __hash__(self):
+                k._configs = {}
+                return 1
+
+        k, config = K(), Config()
+        for _ in range(3):
+            k._configs = {config: object()}
+            assert type(k[config]) is object
+            assert k[(1, 32)] == "configured"
+        print("ok")
+    """)
+    assert (run.returncode, run.stdout) == (0, "ok\n"), run.stderr
+
+
+@pytest.mark.gpu
+def test_kernel_function_lookup_holds_the_kernel_while_its_config_runs_python():
+    # f[config] finds the current context's Kernel in C, then looks the config up in it; the
+    # config's __hash__ drops that Kernel from the table (its last reference) meanwhile
+    pytest.importorskip("kjit.runtime._launch", reason="C launch call not built here")
+    run = _run_dev_mode("""
+        import kjit
+        from kjit.runtime.libcuda import c_function, current_context
+
+        @kjit.kernel
+        def f():
+            return 'extern "C" __global__ void f(int* p) { p[0] = 42; }'
+
+        out = kjit.zeros(1, "int32")
+        f[1, 1](out)
+        assert out.get()[0] == 42
+        ctx = current_context()
+
+        class K(c_function("KernelBase")):
+            def _configure(self, config):
+                return "configured"
+
+        class Config:
+            def __hash__(self):
+                f._by_current.pop(ctx, None)
+                return 1
+
+        for _ in range(3):
+            k = K()
+            k._configs = {}
+            f._by_current[ctx] = k
+            del k
+            assert f[Config()] == "configured"
+        print("ok")
+    """)
+    assert (run.returncode, run.stdout) == (0, "ok\n"), run.stderr
 
 
 def test_the_c_packer_reads_a_learned_foreign_array_type_and_declines_the_rest():

@@ -49,7 +49,7 @@ def _kernel(pack):
     k = SimpleNamespace(
         name="k", device=0, handle=0x99, params=tuple(packer.slots), _packer=packer, _buf=buf,
         _buf_addr=ctypes.addressof(buf), _ptrs_addr=addr, _owner=threading.get_ident(),
-        _current=lambda: 1, _ctx=1, _c_launch=launch, _launch_elsewhere=None,
+        _current=lambda: 1, _ctx=1, _ctx_cell=ctypes.c_uint64(1), _c_launch=launch, _launch_elsewhere=None,
         _launch_failed=None, _finish=lambda pending, s: None)
     return k, packer.filler(buf, pack), calls
 
@@ -90,3 +90,57 @@ def test_the_c_launcher_is_the_fast_form_only_where_c_packs_everything():
     k._packer = Packer("k", layout([p.ctype for p in sig.params], [p.name for p in sig.params], None), 0)
     run = launchers.build(k, fill, (1, 1, 1, 1, 1, 1), 0, None, (1, 1), launchers.AUTO_STREAM)
     assert type(run).__name__ == "function"
+
+
+def test_the_c_packers_spec_is_made_once_per_kernel(monkeypatch):
+    # each launch configuration builds a launcher; the spec and the slots left to Python are
+    # the kernel's, not remade per configuration or per look
+    seen = []
+    kind = Packer.c_kind
+    monkeypatch.setattr(Packer, "c_kind", lambda self, slot: seen.append(slot) or kind(self, slot))
+    k, fill, _ = _kernel(c_function("pack"))
+    for g in range(1, 6):
+        launchers.build(k, fill, (g, 1, 1, 32, 1, 1), 0, None, (g, 32), launchers.AUTO_STREAM)
+        assert k._packer.python_slots == () and k._packer.c_spec()[1][1] is not None
+    assert len(seen) == len(k._packer.slots)
+
+
+def test_a_kernel_whose_context_was_destroyed_never_launches_its_dead_handle(monkeypatch):
+    # The driver may put a new context at the address of one kjit destroyed. A kernel of the
+    # old one, and every launcher of it (cached, or held by the caller), must then hand each
+    # launch to the module's kernel loaded in the new context, never launch its dead handle.
+    from kjit import driver
+    from kjit.runtime import kernel as kernel_mod
+    monkeypatch.setattr(kernel_mod, "c_launch", lambda: None)   # the Python launch path here
+    sig = parse_signatures(SRC)["k"]
+    slots = layout([p.ctype for p in sig.params], [p.name for p in sig.params], None)
+    ctx, launched, loads = 0x5150_0000, [], []
+
+    class Module:   # the kernel of the context current now, loaded there on first use
+        kernels = {}
+
+        def get_function(self, name):
+            key = (ctx, driver.context_epoch(ctx), name)
+            if key not in self.kernels:
+                loads.append(key[1])
+                self.kernels[key] = make(0x77)
+            return self.kernels[key]
+
+    def make(handle):
+        k = kernel_mod.Kernel(Module(), handle, "k", "k", slots, 0, ctx)
+        k._current = lambda: ctx
+        k._c_launch = lambda func, *rest: launched.append(func) or 0
+        return k
+
+    old = make(0x99)
+    x = DeviceArray(4, np.float32, ptr=0x7000, device=0)
+    held = old[1, 32]
+    held(1.0, x, x, 4)
+    assert launched == [0x99] and loads == []
+    epoch = driver.context_epoch(ctx)
+    driver.context_destroyed(ctx)   # kjit.Context.close(); a new context then at the same address
+    held(1.0, x, x, 4)
+    old[1, 32](1.0, x, x, 4)
+    old.launch(1, 32, 1.0, x, x, 4)
+    assert launched == [0x99, 0x77, 0x77, 0x77]
+    assert loads == [epoch + 1]   # asked for in the new context only

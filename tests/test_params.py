@@ -220,3 +220,55 @@ def test_struct_argument_errors_name_the_parameter_once(value, why):
     with pytest.raises(ArgumentError, match=why) as err:
         pk.convert_all((value,), [])
     assert str(err.value).count("parameter 0 's' (struct S)") == 1, str(err.value)
+
+
+class HugeCAI:
+    """A foreign array whose interface gives an address no pointer can hold."""
+
+    __cuda_array_interface__ = {"data": (2**64, False), "typestr": "<f4", "shape": (4,),
+                                "version": 3}
+
+
+@pytest.mark.parametrize("pack", _packers(), ids=lambda p: "c packer" if p else "python")
+@pytest.mark.parametrize("value", [ptr(2**64), HugeCAI()], ids=["ptr", "cai"])
+def test_a_value_struct_refuses_is_an_argument_error_naming_the_parameter(pack, value):
+    # the converters let these through (a ptr has no upper bound, an interface's address is
+    # taken as given); struct refuses them, and the error still names the parameter
+    pk = packer_for(r'extern "C" __global__ void k(int n, float* out) {}', "k")
+    buf, _arr, _addr = pk.new_buffers()
+    fill = pk.filler(buf, pack)
+    for step in (lambda pending: fill((3, value), pending),
+                 lambda pending: pk.careful(buf, (3, value), pending)):
+        pending = ["stale"]
+        with pytest.raises(ArgumentError, match=r"parameter 1 'out' \(float\*\).*does not fit"):
+            step(pending)
+        assert pending == []
+
+
+def test_an_unknown_type_given_an_address_too_big_names_the_parameter():
+    pk = Packer("k", layout([None], ["arg0"], [(0, 8)]), 0)
+    with pytest.raises(ArgumentError, match=r"parameter 0 'arg0'.*does not fit"):
+        pk.careful(bytearray(8), (ptr(2**64),), [])
+
+
+@pytest.mark.parametrize("pack", _packers(), ids=lambda p: "c packer" if p else "python")
+def test_a_refused_argument_drops_the_copies_already_made(pack, monkeypatch):
+    # an In copy is made, then a later argument is refused: nothing runs, so no copy is kept
+    # (an Out would otherwise be copied back after some later launch)
+    from kjit import In
+    from kjit.runtime.memory import DeviceArray, _HostTransfer
+    made = []
+    monkeypatch.setattr(_HostTransfer, "to_device", lambda self: made.append(self) or
+                        DeviceArray(4, np.float32, ptr=0x7000, device=0))
+    src = 'struct S { float a; int b; };\nextern "C" __global__ void k(void* p, S s, int n) {}'
+    pk = packer_for(src, "k")
+    buf, _arr, _addr = pk.new_buffers()
+    fill = pk.filler(buf, pack)
+    for bad, why in [(((1.0, 2), 2**40), r"parameter 2 'n'"), (((1.0, 2.5), 1), "is an integer")]:
+        pending = []
+        with pytest.raises(ArgumentError, match=why):
+            fill((In(np.ones(4, np.float32)), *bad), pending)
+        assert made and pending == []
+    pending = []
+    fill((In(np.ones(4, np.float32)), (1.0, 2), 3), pending)
+    assert len(pending) == 1 and struct.unpack_from("<Q", buf, 0)[0] == 0x7000

@@ -256,6 +256,38 @@ def test_device_and_explicit_context():
         ctx.close()
 
 
+def test_a_kernel_kept_after_its_context_is_closed_runs_in_the_context_current_now():
+    # Closing a kjit.Context kills the kernels loaded in it, and the driver may put the next
+    # context at the same address. A launch of such a kernel, or of a launcher held from it,
+    # runs the module's kernel loaded in the context current now: never the dead handle.
+    src = r'''extern "C" __global__ void put(int* out, int v) { out[threadIdx.x] = v; }'''
+    obj = kjit.compile(src)
+    first = kjit.Context(0)
+    with first:
+        k = kjit.load(obj).get_function("put")
+        held = k[1, 4]
+        out = kjit.zeros(4, np.int32)
+        held(out, 1)
+        np.testing.assert_array_equal(out.get(), [1] * 4)
+    address = int(first.handle)
+    first.close()
+    again = kjit.Context(0)
+    for _ in range(8):   # the case that matters: a new context at the old address
+        if int(again.handle) == address:
+            break
+        again.close()
+        again = kjit.Context(0)
+    try:
+        with again:
+            out = kjit.zeros(4, np.int32)
+            for v, launch in enumerate([held, k[1, 4], lambda *a: k.launch(1, 4, *a)], start=2):
+                launch(out, v)
+                np.testing.assert_array_equal(out.get(), [v] * 4)
+            assert k._in_current_context() is not k   # the module was loaded again here
+    finally:
+        again.close()
+
+
 def test_streams_events_and_in_out():
     src = r'''extern "C" __global__ void twice(const double* a, double* b, int n) {
         int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) b[i] = 2 * a[i]; }'''

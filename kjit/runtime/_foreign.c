@@ -90,11 +90,16 @@ static PyObject* read_accessor(ForeignType* ft, int i, PyObject* v) {
     if (version && version != ft->version)
         resolve_accessors(ft);   /* the type or a base changed since: look them up again */
     PyObject* d = version && version == ft->version ? ft->accessors[i] : NULL;
-    if (d && Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
-        PyGetSetDef* gs = ((PyGetSetDescrObject*)d)->d_getset;
-        return gs->get(v, gs->closure);
+    if (d) {   /* held across the call: code it runs may look the accessors up again */
+        Py_INCREF(d);
+        PyObject* r;
+        if (Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
+            PyGetSetDef* gs = ((PyGetSetDescrObject*)d)->d_getset;
+            r = gs->get(v, gs->closure);
+        } else r = call_method(((PyMethodDescrObject*)d)->d_method, d, v);
+        Py_DECREF(d);
+        return r;
     }
-    if (d) return call_method(((PyMethodDescrObject*)d)->d_method, d, v);
     return accessor_is_call[i] ? PyObject_CallMethodNoArgs(v, accessor_strs[i])
                                : PyObject_GetAttr(v, accessor_strs[i]);
 }
@@ -142,9 +147,10 @@ PyObject* kjit_register_stream(PyObject* self, PyObject* const* a, Py_ssize_t na
 }
 
 static int stream_of(int kind, PyObject* device, void** out) {
-    PyObject* fn = stream_getters[kind];
+    PyObject* fn = Py_XNewRef(stream_getters[kind]);   /* held: the call may register another */
     if (!fn) return 0;
     PyObject* r = kind == FOREIGN_TORCH ? PyObject_CallOneArg(fn, device) : PyObject_CallNoArgs(fn);
+    Py_DECREF(fn);
     if (r && kind == FOREIGN_CUPY) Py_SETREF(r, PyObject_GetAttr(r, s_ptr));
     if (!r) { PyErr_Clear(); return 0; }
     void* p = PyLong_Check(r) ? PyLong_AsVoidPtr(r) : NULL;

@@ -228,7 +228,9 @@ typedef struct {
     void** params;
     unsigned dims[7];       /* grid xyz, block xyz, dynamic shared memory */
     unsigned long owner;    /* the thread that owns `buf` (the kernel's first) */
-    void* ctx;              /* the kernel's context: launched here only while it is current */
+    const uint64_t* ctx;    /* the kernel's context: launched here only while it is current */
+    PyObject* ctx_cell;     /* owns *ctx: the kernel's cell, set to all ones once its context
+                             * is destroyed (no context is there: every launch hands over) */
     int flags;              /* L_AUTO_STREAM, L_GRAD_OK */
     PyObject* device;       /* the kernel's device ordinal, for torch's current stream */
 } Launcher;
@@ -239,7 +241,7 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     void* current = NULL;
     if (kwnames || PyThread_get_thread_ident() != L->owner ||
             nargs != PyBytes_GET_SIZE(L->spec) / 8 || !cu_launch ||
-            cu_ctx_current(&current) != 0 || current != L->ctx)
+            cu_ctx_current(&current) != 0 || (uint64_t)(uintptr_t)current != *L->ctx)
         return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
     int seen = 0;
     Py_ssize_t r = pack_args(PyBytes_AS_STRING(L->spec), nargs, L->tokens, args, L->buf,
@@ -263,6 +265,7 @@ static int launcher_traverse(PyObject* op, visitproc visit, void* arg) {
     Launcher* L = (Launcher*)op;
     Py_VISIT(L->fallback); Py_VISIT(L->on_error); Py_VISIT(L->spec); Py_VISIT(L->tokens);
     Py_VISIT(L->array_type); Py_VISIT(L->last); Py_VISIT(L->name); Py_VISIT(L->device);
+    Py_VISIT(L->ctx_cell);
     return 0;
 }
 
@@ -270,6 +273,7 @@ static int launcher_clear(PyObject* op) {
     Launcher* L = (Launcher*)op;
     Py_CLEAR(L->fallback); Py_CLEAR(L->on_error); Py_CLEAR(L->spec); Py_CLEAR(L->tokens);
     Py_CLEAR(L->array_type); Py_CLEAR(L->last); Py_CLEAR(L->name); Py_CLEAR(L->device);
+    Py_CLEAR(L->ctx_cell);
     return 0;
 }
 
@@ -293,8 +297,9 @@ static PyTypeObject LauncherType = {
 };
 
 /* launcher(fallback, on_error, spec, tokens, array_type, last, name, buffer, func, stream,
- *          params, gx, gy, gz, bx, by, bz, shared_mem, owner, context, flags, device)
- * -> Launcher */
+ *          params, gx, gy, gz, bx, by, bz, shared_mem, owner, context_cell, flags, device)
+ * -> Launcher; context_cell: an 8-byte buffer (ctypes.c_uint64) holding the kernel's context,
+ * read on every launch */
 static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
     if (nargs != 22 || !PyBytes_Check(a[2]) || !PyTuple_Check(a[3]) || !PyType_Check(a[4]) ||
             !PyList_Check(a[5]) || PyList_GET_SIZE(a[5]) < 1 || !PyLong_Check(a[21])) {
@@ -313,8 +318,18 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
     }
     unsigned long long v[14];
     for (int i = 0; i < 14; i++) {
+        if (i == 12) continue;   /* the context cell */
         v[i] = PyLong_AsUnsignedLongLong(a[7 + i]);
         if (v[i] == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    }
+    Py_buffer cell;
+    if (PyObject_GetBuffer(a[19], &cell, PyBUF_SIMPLE) < 0) return NULL;
+    const uint64_t* ctx = (const uint64_t*)cell.buf;
+    Py_ssize_t cell_len = cell.len;
+    PyBuffer_Release(&cell);   /* a ctypes object's memory stays put while it lives */
+    if (cell_len != 8) {
+        PyErr_SetString(PyExc_TypeError, "launcher: the context cell is 8 bytes (ctypes.c_uint64)");
+        return NULL;
     }
     Launcher* L = PyObject_GC_New(Launcher, &LauncherType);
     if (!L) return NULL;
@@ -328,7 +343,8 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
     L->params = (void**)(uintptr_t)v[3];
     for (int i = 0; i < 7; i++) L->dims[i] = (unsigned)v[4 + i];
     L->owner = (unsigned long)v[11];
-    L->ctx = (void*)(uintptr_t)v[12];
+    L->ctx = ctx;
+    L->ctx_cell = Py_NewRef(a[19]);
     L->flags = (int)v[13];
     L->device = Py_NewRef(a[21]);
     PyObject_GC_Track((PyObject*)L);

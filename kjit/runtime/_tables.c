@@ -34,11 +34,16 @@ static void table_dealloc(PyObject* op) {
     Py_TYPE(op)->tp_free(op);
 }
 
+/* The lookups run Python (the config's __hash__ and __eq__, a stream object's among them),
+ * which may replace or empty the table, or drop the Kernel it held: each object a lookup
+ * goes on using is held across it. */
 static PyObject* kernel_subscript(PyObject* self, PyObject* config) {
     PyObject* table = ((TableBase*)self)->table;
     if (table && PyDict_CheckExact(table)) {
-        PyObject* hit = PyDict_GetItemWithError(table, config);   /* borrowed */
-        if (hit) return Py_NewRef(hit);
+        Py_INCREF(table);
+        PyObject* hit = Py_XNewRef(PyDict_GetItemWithError(table, config));
+        Py_DECREF(table);
+        if (hit) return hit;
         if (PyErr_Occurred()) {
             if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
             PyErr_Clear();   /* k[[2, 1], 32]: a list is a fine config, just not a key */
@@ -53,12 +58,18 @@ static PyObject* function_subscript(PyObject* self, PyObject* config) {
     if (table && PyDict_CheckExact(table) && ctx_current && ctx_current(&ctx) == 0 && ctx) {
         PyObject* key = PyLong_FromVoidPtr(ctx);
         if (!key) return NULL;
-        PyObject* kernel = PyDict_GetItemWithError(table, key);   /* borrowed */
+        Py_INCREF(table);
+        PyObject* kernel = Py_XNewRef(PyDict_GetItemWithError(table, key));
+        Py_DECREF(table);
         Py_DECREF(key);
         /* the Kernel's own C lookup: its class may have a Python __getitem__ for
          * torch.compile's sake (kjit/runtime/torch_compile.py), which a launch need not pay */
-        if (kernel) return PyObject_TypeCheck(kernel, &KernelBaseType) ? kernel_subscript(kernel, config)
+        if (kernel) {
+            PyObject* r = PyObject_TypeCheck(kernel, &KernelBaseType) ? kernel_subscript(kernel, config)
                                                                       : PyObject_GetItem(kernel, config);
+            Py_DECREF(kernel);
+            return r;
+        }
         if (PyErr_Occurred()) return NULL;
     }
     return PyObject_CallMethodOneArg(self, s_getitem_slow, config);

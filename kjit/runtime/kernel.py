@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import weakref
 from typing import Any, Callable, NamedTuple
 
 from .. import driver
@@ -90,6 +91,21 @@ class LaunchConfig(NamedTuple):
     shared_mem: int = 0
 
 
+# Kernels by the address of their context. When kjit destroys a context, its kernels forget
+# it (`Kernel._context_destroyed`): the driver may put a new context at the same address, and
+# the launchers compare addresses only.
+_kernels_by_context: dict[int, "weakref.WeakSet[Kernel]"] = {}
+_NO_CONTEXT = 2**64 - 1   # never a context's address, nor 0 (no context current)
+
+
+def _forget_context(ctx: int) -> None:
+    for k in list(_kernels_by_context.pop(ctx, ())):
+        k._context_destroyed()
+
+
+driver.context_destroyed_hooks.append(_forget_context)
+
+
 class Kernel(_KernelBase):
     """A kernel loaded in one context (one device). Launch with `k[grid, block](*args)`,
     `k[grid, block, stream, shared_mem](*args)` or `k.launch(grid, block, *args, ...)`; a
@@ -105,7 +121,9 @@ class Kernel(_KernelBase):
         self.device = device
         self.context = context
         self._ctx = int(context)
+        self._ctx_cell = ctypes.c_uint64(self._ctx)   # the C launchers read it per launch
         self._epoch = driver.context_epoch(context)
+        _kernels_by_context.setdefault(self._ctx, weakref.WeakSet()).add(self)
         self.params = tuple(slots)
         self._packer = Packer(name, slots, device)
         self._buf, self._ptrs, self._ptrs_addr = self._packer.new_buffers()
@@ -186,6 +204,14 @@ class Kernel(_KernelBase):
         except TypeError:  # unhashable stream object: don't cache
             pass
         return launcher
+
+    def _context_destroyed(self) -> None:
+        """kjit destroyed this kernel's context: its handle is dead. Every launcher of it,
+        cached or held, hands each launch over (`_launch_elsewhere`) to the module's kernel
+        in the context then current, loaded there on first use."""
+        self._ctx = _NO_CONTEXT
+        self._ctx_cell.value = _NO_CONTEXT
+        self._configs.clear()
 
     def _check_shared(self, shared: Any) -> None:
         if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared < 2**32:

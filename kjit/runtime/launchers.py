@@ -41,15 +41,14 @@ def build(kernel: Any, fill: Callable[[tuple, list], None], dims: tuple, shared:
         kernel._launch_failed(err, *dims, shared, s, kernel._ptrs_addr, pending)
     return make(launch, failed, spec, tokens, DeviceArray, context_mod.last_launch, kernel.name,
                 kernel._buf_addr, int(kernel.handle), stream or 0, kernel._ptrs_addr, *dims, shared,
-                kernel._owner, kernel._ctx, flags, kernel.device)
+                kernel._owner, kernel._ctx_cell, flags, kernel.device)
 
 
 def _python_launcher(kernel: Any, fill: Callable[[tuple, list], None], dims: tuple,
                      shared: int, stream: Any, config: Any, flags: int,
                      pending: PendingCopies) -> Callable[..., None]:
     gx, gy, gz, bx, by, bz = dims
-    owner, current, ctx, name, device = (kernel._owner, kernel._current, kernel._ctx,
-                                         kernel.name, kernel.device)
+    owner, current, name, device = kernel._owner, kernel._current, kernel.name, kernel.device
     params, n, count_error = kernel._ptrs_addr, len(kernel.params), kernel._packer.count_error
     arrays = _picker(kernel._packer.pointer_indices, n)   # where a framework's array may be
     elsewhere, failed, finish = kernel._launch_elsewhere, kernel._launch_failed, kernel._finish
@@ -62,7 +61,9 @@ def _python_launcher(kernel: Any, fill: Callable[[tuple, list], None], dims: tup
             raise count_error(len(args))
         if grad_ok:
             args = detach_grads(args)
-        if get_ident() != owner or current() != ctx:
+        # the kernel's context, read per launch: once destroyed, it is none (a new context
+        # at the same address is another context, where the module is loaded again)
+        if get_ident() != owner or current() != kernel._ctx:
             return elsewhere(args, config, gx, gy, gz, bx, by, bz, shared, stream)
         s = stream
         if s is None:

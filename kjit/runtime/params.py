@@ -10,13 +10,14 @@ parameter, never a silently wrong kernel input.
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 from typing import Any, Callable
 
 from ..errors import ArgumentError
 from .aggregates import aggregate, raw_bytes
 from .dtypes import is_numpy
-from .memory import DeviceArray, launch_key
+from .memory import DeviceArray, _HostTransfer, launch_key
 from .pointers import pointer, ptr
 from .scalars import floating, integer
 from .slots import ParamSlot, layout, slot_format
@@ -83,20 +84,29 @@ class Packer:
             return 20, launch_key(c.typestr, self.device)
         return (self._C_KINDS.get((c.kind, c.size), 0) if c is not None else 0), None
 
+    @functools.cached_property
+    def _c_kinds(self) -> tuple[tuple[int, tuple | None], ...]:
+        return tuple(self.c_kind(s) for s in self.slots)
+
     def c_spec(self) -> tuple[bytes, tuple]:
         """(spec, tokens) for the C packer: bytes of (int32 kind, int32 offset) per parameter,
         and per parameter the token of the arrays it takes. Kind 0 marks the slots only Python
-        converts (structs, vectors, bools, halves, pointers of unknown type): `python_slots`."""
-        kinds = [self.c_kind(s) for s in self.slots]
-        spec = b"".join(struct.pack("<ii", kind, s.offset) for (kind, _), s in zip(kinds, self.slots))
-        return spec, tuple(token for _, token in kinds)
+        converts (structs, vectors, bools, halves, pointers of unknown type): `python_slots`.
+        Made once per Packer: every launch configuration's launcher shares it."""
+        return self._c_spec
 
-    @property
+    @functools.cached_property
+    def _c_spec(self) -> tuple[bytes, tuple]:
+        spec = b"".join(struct.pack("<ii", kind, s.offset)
+                        for (kind, _), s in zip(self._c_kinds, self.slots))
+        return spec, tuple(token for _, token in self._c_kinds)
+
+    @functools.cached_property
     def python_slots(self) -> tuple[ParamSlot, ...]:
         """The slots the C packer leaves to Python; none: the C launcher can launch alone."""
-        return tuple(s for s in self.slots if self.c_kind(s)[0] == 0)
+        return tuple(s for s, (kind, _) in zip(self.slots, self._c_kinds) if kind == 0)
 
-    @property
+    @functools.cached_property
     def pointer_indices(self) -> tuple[int, ...]:
         """Indices of the parameters that may receive a framework's array (its stream matters)."""
         return tuple(s.index for s in self.slots
@@ -127,10 +137,32 @@ class Packer:
             self.struct.pack_into(buf, 0, *self.convert_all(args, pending))
         except (struct.error, OverflowError):
             pending.clear()
-            raise self.diagnose(args) from None
+            raise self._refused(args) from None
         except BaseException:
             pending.clear()
             raise
+
+    def _refused(self, args: tuple) -> ArgumentError:
+        """After struct refused a value the converters let through (an address beyond 64
+        bits): the parameter it was for, found by packing each one alone."""
+        for s, a in zip(self.slots, args):
+            if isinstance(a, _HostTransfer):   # converting it would allocate and copy
+                continue
+            try:
+                struct.pack("<" + slot_format(s), convert(s, a, self.device, []))
+            except (struct.error, OverflowError) as exc:
+                return ArgumentError(f"{s.describe()}: {a!r} does not fit the parameter's "
+                                     f"{s.size} bytes ({exc})")
+        return ArgumentError(f"kernel {self.kernel_name}: an argument could not be packed")
+
+    def _fast_failed(self, exc: BaseException, buf: Any, args: tuple, pending: list) -> None:
+        """A packing step's common path failed: a value struct refused goes to the careful
+        converters, which pack it or name its parameter; anything else is raised. Either
+        way the copies made so far are dropped (on an error nothing runs: no Out copies)."""
+        pending.clear()
+        if not isinstance(exc, (struct.error, OverflowError)):
+            raise exc
+        self.careful(buf, args, pending)
 
     def _c_fill(self, buf: Any, pack: Callable) -> Callable[[tuple, list], None]:
         spec, tokens = self.c_spec()
@@ -143,12 +175,8 @@ class Packer:
             try:
                 for s, pack_into in rest:
                     pack_into(buf, s.offset, convert(s, args[s.index], device, pending))
-            except (struct.error, OverflowError):
-                pending.clear()
-                self.careful(buf, args, pending)
-            except BaseException:
-                pending.clear()   # nothing will run: no Out copies to make
-                raise
+            except BaseException as exc:
+                self._fast_failed(exc, buf, args, pending)
         return fill
 
     def _python_fill(self, buf: Any) -> Callable[[tuple, list], None]:
@@ -182,10 +210,6 @@ class Packer:
                 for i, s in rest_:
                     values[i] = convert(s, values[i], device, pending)
                 pack_into(buf, 0, *values)
-            except (struct.error, OverflowError):
-                pending.clear()
-                self.careful(buf, args, pending)
-            except BaseException:
-                pending.clear()   # nothing will run: no Out copies to make
-                raise
+            except BaseException as exc:
+                self._fast_failed(exc, buf, args, pending)
         return fill

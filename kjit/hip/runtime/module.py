@@ -117,14 +117,18 @@ class HipFunction:
 
     def pack(self, args: tuple) -> HipParams:
         """Arguments checked and converted exactly as for CUDA kernels, packed for HIP."""
-        import struct
+        from ...runtime.memory import _HostTransfer
         packer = self._packer_for()
-        values = packer.convert_all(args, [])
+        for slot, a in zip(packer.slots, args):
+            if isinstance(a, _HostTransfer):   # its copies would go through CUDA memory
+                kind = type(a).__name__
+                raise ArgumentError(
+                    f"{slot.describe()}: kjit.{kind} copies through CUDA memory, which a HIP "
+                    f"kernel cannot use. Pass a device array: copy the data into a "
+                    f"kjit.hip.runtime.HipBuffer (copy_from_host), pass kjit.ptr(int(buf)), "
+                    f"and copy it back with copy_to_host after hip.synchronize()")
         buf = ctypes.create_string_buffer(max(packer.size, 1))
-        try:
-            packer.struct.pack_into(buf, 0, *values)
-        except (struct.error, OverflowError):
-            raise packer.diagnose(args) from None
+        packer.careful(buf, args, [])
         return HipParams(buf, size=packer.size)
 
     def __getitem__(self, config: Any):
