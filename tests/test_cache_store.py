@@ -255,7 +255,8 @@ def _run_readonly(cache: Path, tmp_path: Path, cache_env: str | None = None,
     """Run `script` with `cache` not writable: chmod for a normal user; for root
     (who ignores permissions) a read-only bind mount in a private mount namespace."""
     env = dict(os.environ, KJIT_CACHE_DIR=cache_env or str(cache),
-               PYTHONPATH=str(Path(kjit.__file__).parents[1]))
+               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(kjit.__file__).parents[1]),
+                                                        os.environ.get("PYTHONPATH")])))
     cmd = [sys.executable, "-c", script]
     if os.geteuid() == 0:
         import shlex
