@@ -108,7 +108,9 @@ except errors.InvalidOptionError as exc:
     print("no arch:", exc)
 else:
     print("arch", obj.arch)
-t = driver._starting
+t = driver._starting   # it may go on to make the device's context: that ends too
+if t is not None:
+    t.join(60)
 print("cuInit helper", t is not None and not t.is_alive())
 if sys.argv[1] == "gpu":
     major, minor = driver.compute_capability(driver.thread_device())

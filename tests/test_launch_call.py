@@ -255,7 +255,8 @@ def _run_dev_mode(code):
     import subprocess
     import sys
     import textwrap
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-X", "dev", "-c", textwrap.dedent(code)], env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -326,7 +327,7 @@ def test_kernel_function_lookup_holds_the_kernel_while_its_config_runs_python():
 
 def test_the_c_packer_reads_a_learned_foreign_array_type_and_declines_the_rest():
     """The packer's own logic for framework arrays, with a stand-in class that answers like a
-    torch.Tensor (data_ptr, is_contiguous, get_device, requires_grad, dtype)."""
+    torch.Tensor (data_ptr, is_contiguous, get_device or is_cuda, requires_grad, dtype)."""
     import struct
 
     from kjit.runtime.libcuda import c_function
@@ -347,6 +348,10 @@ def test_the_c_packer_reads_a_learned_foreign_array_type_and_declines_the_rest()
 
         def get_device(self):
             return self.device
+
+        @property
+        def is_cuda(self):   # asked instead of get_device() where the process has one GPU
+            return self.device == 0
 
     register(Tensorish, 1, "f32-dtype", "<f4")
     spec = struct.pack("<ii", 20, 0)              # one typed pointer at offset 0
