@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import InvalidOptionError, KjitError
-from ..settings import ENV_JOBS, ENV_POOL_IDLE as ENV_IDLE, compile_jobs, pool_idle
+from ..settings import ENV_JOBS, ENV_POOL_IDLE as ENV_IDLE, compile_jobs, pool_idle  # noqa: F401  (ENV_JOBS: for callers)
 
 
 # The worker's first lines: the parent's sys.path replaces the worker's before kjit is
