@@ -8,7 +8,6 @@ PTX only). HIP: gfx90a, gfx942, gfx1100 (optionally with :xnack± / :sramecc± f
 # (no `from __future__ import annotations`: NamedTuples would then compile each field's
 # annotation text, and a fresh process's first compile() costs ~1.5 ms of a ~20 ms disk hit)
 
-import os
 import re
 from typing import NamedTuple
 
@@ -86,6 +85,18 @@ def device_arch(ordinal: int | None = None) -> Arch | None:
     return parse(f"sm_{major}{minor}")
 
 
+def from_env(backend: str = "cuda") -> Arch | None:
+    """$KJIT_ARCH, None when unset; a SettingError naming it when it is no target."""
+    from .settings import SettingError, env_text
+    env = env_text(ENV_ARCH)
+    if env is None:
+        return None
+    try:
+        return parse(env, backend)
+    except InvalidOptionError as exc:
+        raise SettingError(f"${ENV_ARCH}={env!r} is not usable: {exc}") from None
+
+
 def resolve(arch: str | int | Arch | None, backend: str = "cuda") -> Arch:
     """The architecture to compile for. None means: the current device, else $KJIT_ARCH,
     else an error that says how to choose one. Never a silent guess."""
@@ -95,12 +106,9 @@ def resolve(arch: str | int | Arch | None, backend: str = "cuda") -> Arch:
         found = device_arch()
         if found is not None:
             return found
-    env = os.environ.get(ENV_ARCH, "").strip()
-    if env:
-        try:
-            return parse(env, backend)
-        except InvalidOptionError as exc:
-            raise InvalidOptionError(f"${ENV_ARCH}={env!r} is not usable: {exc}") from None
+    found = from_env(backend)
+    if found is not None:
+        return found
     example = "gfx90a" if backend == "hip" else "sm_90"
     raise InvalidOptionError(
         f"no architecture given and none can be detected (no {'GPU' if backend == 'cuda' else 'AMD GPU'} "

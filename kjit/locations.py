@@ -1,7 +1,8 @@
 """Where things are: the cache directory and the versions of installed wheels.
 
-A leaf module: the cache (where entries live) and the compiler (where it remembers NVRTC's
-facts, which wheel it is) both need these, and neither may import the other for them.
+Low in the layers (it reads its variable through kjit.settings only): the cache (where
+entries live) and the compiler (where it remembers NVRTC's facts, which wheel it is) both
+need these, and neither may import the other for them.
 """
 from __future__ import annotations
 
@@ -11,20 +12,27 @@ import re
 import sys
 from pathlib import Path
 
+from .settings import env_raw
+
 ENV_CACHE_DIR = "KJIT_CACHE_DIR"
+
+
+def _listed() -> list[str]:
+    """The directories $KJIT_CACHE_DIR lists, os.pathsep-separated (spaces in names kept)."""
+    return [p for p in (env_raw(ENV_CACHE_DIR) or "").split(os.pathsep) if p.strip()]
 
 
 def cache_dirs() -> list[Path]:
     """Every directory $KJIT_CACHE_DIR lists (os.pathsep-separated: a read-only cache and
     a writable one for new results), else the one default directory."""
-    parts = [p for p in os.environ.get(ENV_CACHE_DIR, "").split(os.pathsep) if p.strip()]
+    parts = _listed()
     return [Path(p).expanduser() for p in parts] if len(parts) > 1 else [cache_dir()]
 
 
 def cache_dir() -> Path:
     """$KJIT_CACHE_DIR (the first directory it lists), else the per-user cache directory
     (XDG on Linux)."""
-    parts = [p for p in os.environ.get(ENV_CACHE_DIR, "").split(os.pathsep) if p.strip()]
+    parts = _listed()
     if parts:
         return Path(parts[0]).expanduser()
     if sys.platform == "win32":

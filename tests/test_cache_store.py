@@ -560,7 +560,7 @@ def test_cache_commands_on_a_read_only_cache(tmp_path, monkeypatch):
 # --- local settings: a bad value is one clear error, on a hit and on a miss ----------------------
 from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
 
-from kjit.cache.settings import SettingError, check_settings, parse_duration, parse_size  # noqa: E402
+from kjit.settings import SettingError, check_settings, parse_duration, parse_size  # noqa: E402
 
 SETTING_SRC = 'extern "C" __global__ void k(float* y){ y[0] = 1; }'
 

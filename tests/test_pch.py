@@ -226,7 +226,7 @@ def test_off_switch(inc, monkeypatch):
 
 
 def test_bad_switch_value_is_a_setting_error(monkeypatch):
-    from kjit.cache.settings import SettingError, check_settings
+    from kjit.settings import SettingError, check_settings
     monkeypatch.setenv("KJIT_PCH", "maybe")
     with pytest.raises(SettingError, match="KJIT_PCH"):
         check_settings()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from . import entry as entry_mod
 from . import trust
-from .settings import size_limit
+from ..settings import size_limit
 from .tables import Table, delete_rows, leave_wal_at_close, safe_disk, sqlite3
 from ..objectcode import ObjectCode
 

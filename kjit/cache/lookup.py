@@ -4,7 +4,6 @@ Also `peek`, a lookup that never creates, and the listeners' events (kjit.cache.
 from __future__ import annotations
 
 import atexit
-import os
 import sys
 import threading
 import time
@@ -18,9 +17,9 @@ from .entry import CorruptEntry, encode
 from .disk import CacheWarning, DiskStore, Unavailable
 from .key import key_hash, sha256
 from .readonly import open_store
-from .settings import DEFAULT_MEMORY, ENV_MEMORY, check_settings, env_size, switch, switch_on
 from ..locations import ENV_CACHE_DIR as ENV_DIR, cache_dir, cache_dirs
 from ..objectcode import ObjectCode
+from ..settings import cache_enabled, check_settings, env_raw, env_switch, env_text, memory_limit
 
 ENV_ENABLE = "KJIT_CACHE"
 ENV_SAVE_SOURCE = "KJIT_CACHE_SAVE_SOURCE"
@@ -33,7 +32,7 @@ class MemoryLayer:
 
     def __init__(self, limit: int | None = None):
         if limit is None:
-            limit = env_size(ENV_MEMORY, DEFAULT_MEMORY)
+            limit = memory_limit()
         self.limit = limit
         self._items: OrderedDict[str, ObjectCode] = OrderedDict()
         self._bytes = 0
@@ -126,7 +125,7 @@ _caches: dict[str, Cache] = {}
 
 def current() -> Cache:
     """The Cache for the current $KJIT_CACHE_DIR (tests and users may change it at run time)."""
-    env = os.environ.get(ENV_DIR, "")
+    env = env_raw(ENV_DIR) or ""
     c = _caches.get(env)
     if c is None:
         c = _caches[env] = Cache(cache_dir(), cache_dirs())
@@ -140,7 +139,7 @@ def _flush_all() -> None:
 
 
 def enabled_by_env() -> bool:
-    return switch_on(ENV_ENABLE)
+    return cache_enabled()
 
 
 def get_or_create(namespace: str, key: Mapping[str, Any], create: Callable[[], ObjectCode], *,
@@ -360,7 +359,7 @@ class _Miss:
 def _tier() -> Any:
     """The shared tier, if configured; its modules (and urllib, the client) load on a miss
     that has one configured."""
-    if not os.environ.get(ENV_REMOTE):
+    if env_text(ENV_REMOTE) is None:
         return None
     from . import shared
     return shared.active()
@@ -410,7 +409,7 @@ def _entry_meta(obj: ObjectCode, namespace: str, label: str, meta: Any, create_s
     }
     if source is not None:
         out["source_sha256"] = sha256(source)
-        if switch(os.environ.get(ENV_SAVE_SOURCE), False):
+        if env_switch(ENV_SAVE_SOURCE):
             out["source"] = source
     out.update(extra)
     return out

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 
 from . import listing
 from .disk import USAGE_PREFIXES, StoreReads
-from .settings import parse_duration, parse_size
+from ..settings import parse_duration, parse_size
 from .tables import _CHUNK, SCHEMA, Table, delete_rows, remove_value_file, sqlite3
 from ..errors import InvalidOptionError, KjitError
 

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from .key import SCHEMA_VERSION
-from .settings import SettingError, parse_duration, parse_size, switch
+from ..settings import SettingError, env_duration, env_raw, env_size, env_switch, env_text
 
 ENV_URL = "KJIT_REMOTE_CACHE"
 ENV_KEY = "KJIT_REMOTE_CACHE_KEY"              # HMAC-SHA256 secret (text)
@@ -162,14 +162,14 @@ def check_url(url: str) -> str:
 def _secret(env: Any) -> bytes | None:
     """The signing key the variables give; an empty or blank one is an error, never "none"."""
     secret: bytes | None = None
-    if ENV_KEY in env:
-        text = env[ENV_KEY]
+    text = env_raw(ENV_KEY, env)
+    if text is not None:
         if not text.strip():
             _bad(ENV_KEY, text, f"a signing key: it is empty (unset it to use {ENV_KEY_FILE}, or "
                                 f"to trust the server unsigned set {ENV_UNSIGNED}=1)")
         secret = text.encode("utf-8", "surrogateescape")
-    if ENV_KEY_FILE in env:
-        path = env[ENV_KEY_FILE]
+    path = env_raw(ENV_KEY_FILE, env)
+    if path is not None:
         if not path.strip():
             _bad(ENV_KEY_FILE, path, "the path of a file holding the signing key")
         try:
@@ -226,34 +226,27 @@ class RemoteConfig:
                 f"unsigned; the remote cache is off until then")
 
     @classmethod
-    def from_env(cls, env: Any = os.environ) -> "RemoteConfig | None":
-        """The configuration the variables describe, None if KJIT_REMOTE_CACHE is unset or
-        empty; InvalidOptionError names a variable that is malformed."""
-        url = (env.get(ENV_URL) or "").strip()
-        if not url:
+    def from_env(cls, env: Any = None) -> "RemoteConfig | None":
+        """The configuration the variables describe (os.environ's, or `env`'s), None if
+        KJIT_REMOTE_CACHE is unset or empty; InvalidOptionError names a variable that is
+        malformed."""
+        url = env_text(ENV_URL, env)
+        if url is None:
             return None
         check_url(url)
         secret = _secret(env)
-        unsigned = switch(env.get(ENV_UNSIGNED), False)
-        if unsigned is None:
-            _bad(ENV_UNSIGNED, env[ENV_UNSIGNED], "1 (trust the server without a signing key) or 0")
-        prefix = env.get(ENV_PREFIX) or DEFAULT_PREFIX
+        unsigned = env_switch(ENV_UNSIGNED, env=env)
+        prefix = env_raw(ENV_PREFIX, env) or DEFAULT_PREFIX
         if not _PREFIX_RE.fullmatch(prefix):
             _bad(ENV_PREFIX, prefix, "a key prefix of letters, digits and _ . : / -")
         kw: dict[str, Any] = {}
         for field, var in (("ttl_s", ENV_TTL), ("timeout_s", ENV_TIMEOUT), ("backoff_s", ENV_BACKOFF),
                            ("lease_s", ENV_LEASE), ("wait_s", ENV_WAIT)):
-            if env.get(var):
-                kw[field] = parse_duration(env[var], var, _MAX_S[field])
-        if env.get(ENV_MAX_VALUE):
-            try:
-                kw["max_value"] = parse_size(env[ENV_MAX_VALUE])
-            except (ValueError, OverflowError):
-                _bad(ENV_MAX_VALUE, env[ENV_MAX_VALUE], "a size such as 64M")
-            if kw["max_value"] > _MAX_VALUE:
-                _bad(ENV_MAX_VALUE, env[ENV_MAX_VALUE], "a size of at most 1T")
-        if kw.get("timeout_s") == 0 or kw.get("lease_s") == 0:
-            _bad(ENV_TIMEOUT if kw.get("timeout_s") == 0 else ENV_LEASE, 0, "a duration above zero")
+            kw[field] = env_duration(var, getattr(cls, field), most=_MAX_S[field],
+                                     above_zero=field in ("timeout_s", "lease_s"), env=env)
+        kw["max_value"] = env_size(ENV_MAX_VALUE, cls.max_value, env=env)
+        if kw["max_value"] > _MAX_VALUE:
+            _bad(ENV_MAX_VALUE, env_text(ENV_MAX_VALUE, env), "a size of at most 1T")
         return cls(url=url, secret=secret, prefix=prefix, unsigned_ok=unsigned, **kw)
 
 

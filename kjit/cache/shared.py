@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import threading
 import time
 import warnings
@@ -29,6 +28,7 @@ from .remote import (ENV_LEASE, ENV_URL, ENV_VARS, Lease, RemoteConfig, RemoteTi
                      TierFull, ValueTooLarge)
 from .disk import CacheWarning
 from ..objectcode import ObjectCode
+from ..settings import env_raw, env_text
 
 # A "no value" marker under a key tells waiters to stop waiting and compile themselves: the
 # value is too large to share, or the lease holder's compile failed (an error is not cached;
@@ -383,12 +383,11 @@ def active() -> "SharedTier | None":
     InvalidOptionError names a malformed variable. A URL without a signing key and without
     KJIT_REMOTE_CACHE_UNSIGNED=1 leaves the tier off, with one warning per setting."""
     global _active, _active_sig
-    env = os.environ
-    if not env.get(ENV_URL):
+    if env_text(ENV_URL) is None:
         return None
-    sig = tuple(env.get(v) for v in ENV_VARS)
+    sig = tuple(env_raw(v) for v in ENV_VARS)
     if sig != _active_sig:
-        config = RemoteConfig.from_env(env)
+        config = RemoteConfig.from_env()
         if _active is not None:
             _active.close()
         refusal = config.refusal if config is not None else None

@@ -91,7 +91,7 @@ def describe(exc: BaseException) -> tuple[str, str, int, dict[str, Any]]:
 
 
 def _bad_setting(exc: KjitError) -> bool:
-    from ..cache.settings import SettingError
+    from ..settings import SettingError
     return isinstance(exc, SettingError)
 
 

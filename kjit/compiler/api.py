@@ -25,7 +25,7 @@ from .. import arch as arch_mod
 from ..cache.disk import CacheWarning
 from ..cache.key import KEY_ENV_VARS, key_hash
 from ..cache.lookup import Made, bypass, creation_lock, enabled_by_env, lookup_hashed, unstorable
-from ..cache.settings import switch_on
+from ..settings import switch_on
 from ..objectcode import ObjectCode
 from . import includes, manifest, search
 from .key import NAMESPACE, HeadersChanged, NotObserved, Observed, describe, manifest_key, portable_key

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..cache.settings import switch_on
+from ..settings import cache_enabled
 from ..locations import cache_dir, package_version
 
 FILE_NAME = "nvrtc-facts.json"
@@ -38,7 +38,7 @@ def _wheel() -> str | None:
 
 
 def _path() -> Path | None:
-    if not switch_on("KJIT_CACHE"):
+    if not cache_enabled():
         return None
     try:
         from ..cache.trust import trusted

@@ -53,7 +53,7 @@ def _module() -> Any:
 
 
 def enabled() -> bool:
-    from ..cache.settings import switch_on
+    from ..settings import switch_on
     return switch_on(ENV)
 
 

@@ -57,7 +57,7 @@ _tls = threading.local()
 
 
 def enabled() -> bool:
-    from ..cache.settings import switch_on
+    from ..settings import switch_on
     return switch_on(ENV)
 
 

@@ -7,7 +7,7 @@ as the parent's, and it imports the parent's kjit: it is started with the parent
 directory first on `sys.path` (never the working directory first, as `python -c` would put
 it) and refuses to serve if it found another.
 
-Workers stay for KJIT_COMPILE_POOL_IDLE seconds (default 30) after their last compile, so a
+Workers stay for KJIT_COMPILE_POOL_IDLE (a duration, default 30 s) after their last compile, so a
 second batch does not pay for starting them again, and never outlive the parent: the end
 of their input pipe ends them between compiles, and a thread that watches the parent's pid
 ends them during one.
@@ -28,10 +28,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import InvalidOptionError, KjitError
+from ..settings import ENV_JOBS, ENV_POOL_IDLE as ENV_IDLE, compile_jobs, pool_idle  # noqa: F401  (ENV_JOBS: for callers)
 
-ENV_JOBS = "KJIT_COMPILE_JOBS"
-ENV_IDLE = "KJIT_COMPILE_POOL_IDLE"
-DEFAULT_IDLE_S = 30.0
 
 # The worker's first lines: the parent's sys.path replaces the worker's before kjit is
 # imported, so an older kjit in the working directory or on PYTHONPATH cannot win.
@@ -42,16 +40,8 @@ _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
 def pool_size(jobs: int | None = None) -> int:
     """Worker count: `jobs`, else $KJIT_COMPILE_JOBS, else the cores this process may use."""
     if jobs is None:
-        env = os.environ.get(ENV_JOBS, "").strip()
-        if env:
-            try:
-                jobs = int(env)
-            except ValueError:
-                raise InvalidOptionError(f"{ENV_JOBS}={env!r} is not a whole number of "
-                                         "compile workers (unset it to use every core)") from None
-            if jobs < 1:
-                raise InvalidOptionError(f"{ENV_JOBS}={env!r}: give at least 1 compile worker")
-        else:
+        jobs = compile_jobs()
+        if jobs is None:
             try:
                 jobs = len(os.sched_getaffinity(0))
             except (AttributeError, OSError):  # not Linux
@@ -62,12 +52,7 @@ def pool_size(jobs: int | None = None) -> int:
 
 
 def idle_timeout() -> float:
-    env = os.environ.get(ENV_IDLE, "").strip()
-    try:
-        value = float(env) if env else DEFAULT_IDLE_S
-    except ValueError:
-        raise InvalidOptionError(f"{ENV_IDLE}={env!r} is not a number of seconds") from None
-    return max(value, 0.5)
+    return max(pool_idle(), 0.5)
 
 
 def kjit_dir() -> Path:
@@ -100,7 +85,7 @@ class _Worker:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _BOOT, json.dumps(worker_path()), str(kjit_dir()),
              str(os.getpid()), ], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.err, env=dict(os.environ, KJIT_COMPILE_POOL_IDLE=str(self.idle)))
+            stderr=self.err, env=dict(os.environ, **{ENV_IDLE: str(self.idle)}))
         self.greeted = False
         self.last_used = time.monotonic()
         self.started_in = _surroundings()

@@ -23,7 +23,7 @@ import re
 import sys
 from typing import Any
 
-from ..cache.settings import switch_on
+from ..settings import cache_enabled
 from ..hashing import sha256
 from ..locations import installed, package_version  # noqa: F401  (installed: for kjit info and tests)
 from .facts import NVRTC_WHEELS
@@ -58,7 +58,7 @@ def _identity() -> str:
 
 
 def _record_path():
-    if not switch_on("KJIT_CACHE"):
+    if not cache_enabled():
         return None
     try:
         from ..cache.trust import trusted

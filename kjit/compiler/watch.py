@@ -32,7 +32,7 @@ import sys
 import threading
 from typing import Any
 
-from ..cache.settings import switch_on
+from ..settings import switch_on
 
 ENV = "KJIT_HEADER_WATCH"
 MAX_WATCHES = 16384

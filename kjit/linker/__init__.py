@@ -145,21 +145,11 @@ def _target_arch(arch: Any, items: list[LinkInput], gpu: bool) -> arch_mod.Arch:
     if arch is not None:
         a = arch_mod.parse(arch)
     else:
-        try:
-            a = arch_mod.resolve(None) if gpu else _env_arch()
-        except InvalidOptionError:
-            a = None
-        if a is None:
-            a = _inputs_arch(items)
+        # the device, else $KJIT_ARCH (one that is no target is an error), else the inputs'
+        a = (arch_mod.device_arch() if gpu else None) or arch_mod.from_env() or _inputs_arch(items)
     if a.backend != "cuda":
         raise InvalidOptionError(f"arch {a.name!r} is not a CUDA architecture: kjit.link makes cubins")
     return arch_mod.parse(a.sm)  # compute_90 links to sm_90: the output is a cubin
-
-
-def _env_arch() -> arch_mod.Arch | None:
-    import os
-    env = os.environ.get(arch_mod.ENV_ARCH, "").strip()
-    return arch_mod.parse(env) if env else None
 
 
 def _inputs_arch(items: list[LinkInput]) -> arch_mod.Arch:

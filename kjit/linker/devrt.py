@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..errors import LinkError
+from ..settings import env_text
 
 ENV_DEVRT = "KJIT_CUDADEVRT"
 
@@ -93,12 +94,18 @@ def _search_dirs() -> list[Path]:
     return seen
 
 
+def configured() -> Path | None:
+    """$KJIT_CUDADEVRT, None when unset."""
+    env = env_text(ENV_DEVRT)
+    return Path(env) if env is not None else None
+
+
 def candidates() -> list[Path]:
     """Every libcudadevrt.a kjit can see, preferred first."""
     found: list[Path] = []
-    env = os.environ.get(ENV_DEVRT, "").strip()
-    if env:
-        found.append(Path(env))
+    chosen = configured()
+    if chosen is not None:
+        found.append(chosen)
     for d in _search_dirs():
         for hit in sorted(glob.glob(str(d / "nvidia" / "*" / "lib" / "libcudadevrt.a"))):
             p = Path(hit)
@@ -117,12 +124,11 @@ def find(linker_major: int | None = None) -> Path | None:
     """The libcudadevrt.a to link: $KJIT_CUDADEVRT, else the wheel for the linker's CUDA
     major version (nvidia/cu13/lib for nvJitLink 13), else any found; None if none."""
     cands = candidates()
-    env = os.environ.get(ENV_DEVRT, "").strip()
-    if env:
-        p = Path(env)
-        if not p.is_file():
-            raise LinkError(f"{ENV_DEVRT}={env} does not name a file (expected libcudadevrt.a)")
-        return p
+    chosen = configured()
+    if chosen is not None:
+        if not chosen.is_file():
+            raise LinkError(f"{ENV_DEVRT}={chosen} does not name a file (expected libcudadevrt.a)")
+        return chosen
     if linker_major is not None:
         for p in cands:
             if p.parent.parent.name == f"cu{linker_major}":

@@ -15,7 +15,6 @@ stream runs on the current stream of the framework whose arrays it receives
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import weakref
 from typing import Any, Callable, NamedTuple
@@ -39,7 +38,8 @@ _MAX_CONFIGS = 512
 def c_launch() -> Callable[..., int] | None:
     """The compiled launch call (kjit/runtime/_launch.c), or None to use cuda.bindings'
     cuLaunchKernel: when it was not built, or KJIT_LAUNCH=bindings asks for the fallback."""
-    if os.environ.get("KJIT_LAUNCH", "").strip().lower() == "bindings":
+    from ..settings import launch_mode
+    if launch_mode() == "bindings":   # a value it does not know is a SettingError
         return None
     ext = extension()
     return ext.launch if ext is not None else None

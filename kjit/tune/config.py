@@ -8,12 +8,10 @@ function of the launch's named arguments and the configuration's parameters.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Callable, Mapping
 
 from ..errors import ArgumentError
-
-ENV_MODE = "KJIT_AUTOTUNE"
+from ..settings import ENV_AUTOTUNE as ENV_MODE, AutotuneSettingError, autotune_mode, env_text
 
 
 class Config:
@@ -167,24 +165,14 @@ def check_configs(configs: Any) -> list[Config]:
     return configs
 
 
-def mode(n_configs: int, env: Mapping[str, str] = os.environ) -> tuple[str, int | None]:
-    """("tune", None), ("off", 0) or ("fixed", index) from $KJIT_AUTOTUNE."""
-    raw = env.get(ENV_MODE, "").strip().lower()
-    if raw in ("", "1", "on", "tune"):
-        return "tune", None
-    if raw in ("0", "off", "false", "no"):
-        return "off", 0
-    if raw.startswith("fixed:"):
-        try:
-            index = int(raw.split(":", 1)[1])
-        except ValueError:
-            index = -1
-        if not 0 <= index < n_configs:
-            raise ArgumentError(f"{ENV_MODE}={env.get(ENV_MODE)!r}: the index must be 0..{n_configs - 1} "
-                                "(a position in the configs list)")
-        return "fixed", index
-    raise ArgumentError(f"{ENV_MODE}={env.get(ENV_MODE)!r} is not one of: on (default), off (the "
-                        "first configuration, no timing), fixed:<index>")
+def mode(n_configs: int, env: Mapping[str, str] | None = None) -> tuple[str, int | None]:
+    """("tune", None), ("off", 0) or ("fixed", index) from $KJIT_AUTOTUNE (the on and off
+    words of every KJIT_* switch, tune, fixed:<index>)."""
+    how, index = autotune_mode(env)
+    if how == "fixed" and not 0 <= index < n_configs:
+        raise AutotuneSettingError(f"{ENV_MODE}={env_text(ENV_MODE, env)!r}: the index must be "
+                                   f"0..{n_configs - 1} (a position in the configs list)")
+    return how, index
 
 
 GeometryFn = Callable[[Mapping[str, Any]], Any]
