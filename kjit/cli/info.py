@@ -7,7 +7,7 @@ from .common import emit, json_option
 
 
 def gather() -> dict:
-    from .. import __version__, arch, driver
+    from .. import __version__, driver
     from ..compiler import nvrtc
     from ..compiler.targets import nvrtc_supported
     info: dict = {"kjit": __version__}

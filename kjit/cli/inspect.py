@@ -6,7 +6,6 @@ usage from the ELF sections (kjit.nvinfo); for PTX its ISA version and entry poi
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import click

@@ -8,7 +8,7 @@ function of the launch's named arguments and the configuration's parameters.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from ..errors import ArgumentError
 from ..settings import ENV_AUTOTUNE as ENV_MODE, AutotuneSettingError, autotune_mode, env_text
@@ -173,6 +173,3 @@ def mode(n_configs: int, env: Mapping[str, str] | None = None) -> tuple[str, int
         raise AutotuneSettingError(f"{ENV_MODE}={env_text(ENV_MODE, env)!r}: the index must be "
                                    f"0..{n_configs - 1} (a position in the configs list)")
     return how, index
-
-
-GeometryFn = Callable[[Mapping[str, Any]], Any]
