@@ -285,7 +285,9 @@ def breakdown(rounds: int = ROUNDS) -> dict:
 
 
 def run() -> dict:
-    return {"sweep": sweep(), "cold": cold_table(), "breakdown": breakdown()}
+    parts = {"sweep": sweep, "cold": cold_table, "breakdown": breakdown}
+    wanted = os.environ.get("KJIT_BENCH_PARTS", ",".join(parts)).split(",")
+    return {name: part() for name, part in parts.items() if name in wanted}
 
 
 def lines(data: dict) -> list[str]:
