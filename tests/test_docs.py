@@ -18,6 +18,7 @@ import pytest
 import kjit
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_ROOT = Path(kjit.__file__).resolve().parent.parent   # kjit/ as tested: checkout or wheel
 DOCS = ROOT / "docs"
 API = DOCS / "api.rst"
 ENVIRONMENT = DOCS / "environment.md"
@@ -63,7 +64,7 @@ def test_guides_name_only_files_and_modules_that_exist():
     for page in GUIDES:
         text = page.read_text()
         stale += [f"{page.name}: {p}" for p in set(_PATH.findall(text))
-                  if not (list(ROOT.glob(p)) if "*" in p else (ROOT / p).exists())]
+                  if not _exists(PACKAGE_ROOT if p.startswith("kjit/") else ROOT, p)]
         for name in set(_DOTTED.findall(text)):
             try:
                 _resolve(name)
@@ -72,22 +73,26 @@ def test_guides_name_only_files_and_modules_that_exist():
     assert not stale, "the docs name what does not exist: " + "; ".join(sorted(stale))
 
 
+def _exists(root: Path, p: str) -> bool:
+    return bool(list(root.glob(p))) if "*" in p else (root / p).exists()
+
+
 def _read_variables() -> dict[str, set[str]]:
     """KJIT_* names in kjit's Python string literals (docstrings and messages included) and
     keyword names (dict(os.environ, KJIT_X=...)), and in its C string literals (not macros
     such as include guards) -> the files naming them."""
     found: dict[str, set[str]] = {}
-    for path in sorted((ROOT / "kjit").rglob("*.py")):
+    for path in sorted((PACKAGE_ROOT / "kjit").rglob("*.py")):
         for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
             if tok.type == tokenize.STRING or tok.type == getattr(tokenize, "FSTRING_MIDDLE", -1) \
                     or (tok.type == tokenize.NAME and tok.string.startswith("KJIT_")):
                 for name in _KJIT_VAR.findall(tok.string):
-                    found.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+                    found.setdefault(name, set()).add(str(path.relative_to(PACKAGE_ROOT)))
     for pattern in ("*.c", "*.h"):
-        for path in sorted((ROOT / "kjit").rglob(pattern)):
+        for path in sorted((PACKAGE_ROOT / "kjit").rglob(pattern)):
             for literal in re.findall(r'"(?:[^"\\\n]|\\.)*"', path.read_text()):
                 for name in _KJIT_VAR.findall(literal):
-                    found.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+                    found.setdefault(name, set()).add(str(path.relative_to(PACKAGE_ROOT)))
     return found
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent / "kjit"
+import kjit
+
+ROOT = Path(kjit.__file__).resolve().parent   # the package under test: checkout or installed wheel
 
 # Lowest first. A module belongs to the last (most specific) layer whose name prefixes it,
 # so "hip" (the library loader and comgr binding the compiler uses) sits low while
