@@ -156,3 +156,17 @@ def test_a_miss_describes_the_request_once(tmp_path, monkeypatch, work_counts, o
     kjit.cache.clear()                    # its entry gone: compiled again under the known key
     assert kjit.compile(src, **kw).cache_hit is False
     assert {k: counts[k] for k in once} == once
+
+
+@pytest.mark.parametrize("arch", [None, "sm_90"], ids=["device-arch", "sm_90"])
+def test_an_unknown_backend_is_named_before_anything_else(monkeypatch, arch):
+    """A bad backend is the error, with or without the cache, whether or not an arch could be
+    found (no device here, no $KJIT_ARCH)."""
+    monkeypatch.delenv("KJIT_ARCH", raising=False)
+    messages = []
+    for cache in (True, False):
+        with pytest.raises(kjit.InvalidOptionError) as info:
+            kjit.compile(KERNEL.replace("VAL", "1.0f"), arch=arch, backend="opencl", cache=cache)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    assert "backend='opencl' is not one of cuda, hip" in messages[0]

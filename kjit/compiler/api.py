@@ -25,6 +25,7 @@ from .. import arch as arch_mod
 from ..cache.disk import CacheWarning
 from ..cache.key import KEY_ENV_VARS, key_hash
 from ..cache.lookup import Made, bypass, creation_lock, enabled_by_env, lookup_hashed, unstorable
+from ..errors import InvalidOptionError
 from ..settings import switch_on
 from ..objectcode import ObjectCode
 from . import includes, manifest, search
@@ -50,13 +51,15 @@ def compile(source: str, *, arch=None, target: str | None = None,
     excerpts) when the compiler rejects the source.
     """
     t0 = time.perf_counter()
+    if backend not in BACKENDS:  # before the arch, which is resolved for a backend
+        raise InvalidOptionError(f"backend={backend!r} is not one of {', '.join(BACKENDS)}")
     if not cache or not enabled_by_env():
         req = make_request(source, arch=arch, target=target, options=options,
                            name_expressions=name_expressions, backend=backend, name=name)
         path = search.for_options(req.options, req.backend)
         return bypass(NAMESPACE, partial(compile_uncached, req, path), req.name)
     if arch is None:  # the current device (or $KJIT_ARCH): may differ from call to call
-        arch = arch_mod.resolve(None, backend if backend in ("cuda", "hip") else "cuda").name
+        arch = arch_mod.resolve(None, backend).name
     if not isinstance(name_expressions, (tuple, str)):
         name_expressions = tuple(name_expressions)
     # A call seen before: its key, while the headers it was derived from hold.
