@@ -170,3 +170,26 @@ def test_an_unknown_backend_is_named_before_anything_else(monkeypatch, arch):
         messages.append(str(info.value))
     assert messages[0] == messages[1]
     assert "backend='opencl' is not one of cuda, hip" in messages[0]
+
+
+def test_compile_many_validates_each_item_once(tmp_path, monkeypatch):
+    """compile_many's items are validated before anything compiles, and not again to compile."""
+    from kjit.compiler import request
+    monkeypatch.setenv("KJIT_PCH", "0")
+    real = request.make_request
+    made = []
+
+    def counting(source, **kwargs):
+        made.append(source)
+        return real(source, **kwargs)
+    monkeypatch.setattr(request, "make_request", counting)
+    monkeypatch.setattr(api, "make_request", counting)
+    sources = [KERNEL.replace("VAL", f"{i}.5f") for i in range(3)]
+    items = sources[:2] + [{"source": sources[2], "cache": False}]
+    objs = kjit.compile_many(items, arch="sm_90", target="ptx", jobs=1)   # misses, compiled here
+    assert [o.cache_hit for o in objs] == [False, False, None]
+    assert sorted(made) == sorted(sources)
+    made.clear()
+    api._memo.clear()                                      # hits found by deriving the key again
+    assert [o.cache_hit for o in kjit.compile_many(sources[:2], arch="sm_90", target="ptx")] == [True, True]
+    assert sorted(made) == sorted(sources[:2])

@@ -42,20 +42,25 @@ STAT_CHECKS_BEFORE_WATCHING = 1
 
 def compile(source: str, *, arch=None, target: str | None = None,
             options: CompileOptions | None = None, name_expressions: Iterable[str] = (),
-            backend: str = "cuda", name: str | None = None, cache: bool = True) -> ObjectCode:
+            backend: str = "cuda", name: str | None = None, cache: bool = True,
+            _request: CompileRequest | None = None) -> ObjectCode:
     """Compile CUDA (NVRTC) or HIP (hiprtc) source to PTX, cubin, LTO-IR or an AMD code object.
 
     arch: "sm_90", "compute_90", "gfx90a"...; None means the current device, else $KJIT_ARCH.
     target: "cubin" (default for CUDA), "ptx", "ltoir"; "hsaco" for HIP.
     Raises InvalidOptionError for bad arguments and CompileError (with log and source
     excerpts) when the compiler rejects the source.
+    _request: kjit's own callers' make_request of these same arguments (compile_many's items,
+    validated before any compiles), so it is not made again; taken here rather than by a
+    second entry point, which would put a frame between kjit.compile and the compiler.
     """
     t0 = time.perf_counter()
     if backend not in BACKENDS:  # before the arch, which is resolved for a backend
         raise InvalidOptionError(f"backend={backend!r} is not one of {', '.join(BACKENDS)}")
     if not cache or not enabled_by_env():
-        req = make_request(source, arch=arch, target=target, options=options,
-                           name_expressions=name_expressions, backend=backend, name=name)
+        req = _request or make_request(source, arch=arch, target=target, options=options,
+                                       name_expressions=name_expressions, backend=backend,
+                                       name=name)
         path = search.for_options(req.options, req.backend)
         return bypass(NAMESPACE, partial(compile_uncached, req, path), req.name)
     if arch is None:  # the current device (or $KJIT_ARCH): may differ from call to call
@@ -72,8 +77,8 @@ def compile(source: str, *, arch=None, target: str | None = None,
         except HeadersChanged:  # its entry was gone, and a compile now reads other files
             _memo.pop(sig, None)
 
-    req = make_request(source, arch=arch, target=target, options=options,
-                       name_expressions=name_expressions, backend=backend, name=name)
+    req = _request or make_request(source, arch=arch, target=target, options=options,
+                                   name_expressions=name_expressions, backend=backend, name=name)
     path = search.for_options(req.options, req.backend)
     for _ in range(_RETRIES):
         try:
