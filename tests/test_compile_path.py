@@ -95,3 +95,101 @@ def test_the_compile_uncached_function_is_defined_once():
     defined = [p.name for p in Path(package.__file__).parent.glob("*.py")
                if "def compile_uncached(" in p.read_text()]
     assert defined == ["api.py"]
+
+
+@pytest.fixture
+def work_counts(monkeypatch):
+    """How often a miss describes the request, hashes the source and an in-memory header, and
+    describes the options."""
+    import sys
+
+    from kjit import hashing
+    from kjit.compiler import key, options
+    monkeypatch.setenv("KJIT_PCH", "0")   # a precompiled header's compile is a request of its own
+    counts = {"describe": 0, "source": 0, "header": 0, "options": 0}
+    texts: dict = {}
+    real_sha, real_describe, real_options = hashing.sha256, key.describe, options.CompileOptions.describe
+
+    def sha256(data=b""):
+        for what, text in texts.items():
+            if data in (text, text.encode()):
+                counts[what] += 1
+        return real_sha(data)
+
+    def describe(*args):
+        counts["describe"] += 1
+        return real_describe(*args)
+
+    def describe_options(self):
+        counts["options"] += 1
+        return real_options(self)
+    for mod in [m for n, m in sys.modules.items() if n.startswith("kjit")]:
+        for attr in ("sha256", "_sha256"):
+            if getattr(mod, attr, None) is real_sha:
+                monkeypatch.setattr(mod, attr, sha256)
+    monkeypatch.setattr(key, "describe", describe)
+    monkeypatch.setattr(options.CompileOptions, "describe", describe_options)
+    return counts, texts
+
+
+@pytest.mark.parametrize("observe", ["1", "0"], ids=["observed", "scanned"])
+def test_a_miss_describes_the_request_once(tmp_path, monkeypatch, work_counts, observe):
+    from kjit.compiler import observe as observer
+    if observe == "1" and not observer.available("cuda"):
+        pytest.skip("the compile observer (compiler/_observe.c) is not built here")
+    monkeypatch.setenv("KJIT_OBSERVE", observe)
+    counts, texts = work_counts
+    header = f"#define VAL 5.0f // {tmp_path.name}\n"
+    src = '#include "mem.h"\n' + KERNEL
+    texts.update(source=src, header=header)
+    kw = dict(arch="sm_90", target="ptx", options=kjit.CompileOptions(headers={"mem.h": header}))
+    obj = kjit.compile(src, **kw)
+    assert obj.cache_hit is False
+    once = {"describe": 1, "source": 1, "header": 1, "options": 1}
+    if observe == "0":   # the include scan digests the source and headers it reads itself
+        once = {"describe": 1, "options": 1}
+    assert {k: counts[k] for k in once} == once
+    import hashlib
+    [entry] = kjit.cache.ls()             # the entry still names its source's digest
+    assert kjit.cache.show(entry["key"])["source_sha256"] == hashlib.sha256(src.encode()).hexdigest()
+
+    kjit.cache.clear()                    # its entry gone: compiled again under the known key
+    assert kjit.compile(src, **kw).cache_hit is False
+    assert {k: counts[k] for k in once} == once
+
+
+@pytest.mark.parametrize("arch", [None, "sm_90"], ids=["device-arch", "sm_90"])
+def test_an_unknown_backend_is_named_before_anything_else(monkeypatch, arch):
+    """A bad backend is the error, with or without the cache, whether or not an arch could be
+    found (no device here, no $KJIT_ARCH)."""
+    monkeypatch.delenv("KJIT_ARCH", raising=False)
+    messages = []
+    for cache in (True, False):
+        with pytest.raises(kjit.InvalidOptionError) as info:
+            kjit.compile(KERNEL.replace("VAL", "1.0f"), arch=arch, backend="opencl", cache=cache)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    assert "backend='opencl' is not one of cuda, hip" in messages[0]
+
+
+def test_compile_many_validates_each_item_once(tmp_path, monkeypatch):
+    """compile_many's items are validated before anything compiles, and not again to compile."""
+    from kjit.compiler import request
+    monkeypatch.setenv("KJIT_PCH", "0")
+    real = request.make_request
+    made = []
+
+    def counting(source, **kwargs):
+        made.append(source)
+        return real(source, **kwargs)
+    monkeypatch.setattr(request, "make_request", counting)
+    monkeypatch.setattr(api, "make_request", counting)
+    sources = [KERNEL.replace("VAL", f"{i}.5f") for i in range(3)]
+    items = sources[:2] + [{"source": sources[2], "cache": False}]
+    objs = kjit.compile_many(items, arch="sm_90", target="ptx", jobs=1)   # misses, compiled here
+    assert [o.cache_hit for o in objs] == [False, False, None]
+    assert sorted(made) == sorted(sources)
+    made.clear()
+    api._memo.clear()                                      # hits found by deriving the key again
+    assert [o.cache_hit for o in kjit.compile_many(sources[:2], arch="sm_90", target="ptx")] == [True, True]
+    assert sorted(made) == sorted(sources[:2])

@@ -408,7 +408,8 @@ def _entry_meta(obj: ObjectCode, namespace: str, label: str, meta: Any, create_s
         "log_size": len(obj.log),
     }
     if source is not None:
-        out["source_sha256"] = sha256(source)
+        # a caller whose key describes the source passes its digest: hashed once per miss
+        out["source_sha256"] = extra.pop("source_sha256", None) or sha256(source)
         if env_switch(ENV_SAVE_SOURCE):
             out["source"] = source
     out.update(extra)

@@ -25,10 +25,11 @@ from .. import arch as arch_mod
 from ..cache.disk import CacheWarning
 from ..cache.key import KEY_ENV_VARS, key_hash
 from ..cache.lookup import Made, bypass, creation_lock, enabled_by_env, lookup_hashed, unstorable
+from ..errors import InvalidOptionError
 from ..settings import switch_on
 from ..objectcode import ObjectCode
 from . import includes, manifest, search
-from .key import NAMESPACE, HeadersChanged, NotObserved, Observed, describe, manifest_key, portable_key
+from .key import NAMESPACE, Described, HeadersChanged, NotObserved, Observed, manifest_key
 from .options import CompileOptions
 from .request import BACKENDS, CompileRequest, make_request
 
@@ -41,22 +42,29 @@ STAT_CHECKS_BEFORE_WATCHING = 1
 
 def compile(source: str, *, arch=None, target: str | None = None,
             options: CompileOptions | None = None, name_expressions: Iterable[str] = (),
-            backend: str = "cuda", name: str | None = None, cache: bool = True) -> ObjectCode:
+            backend: str = "cuda", name: str | None = None, cache: bool = True,
+            _request: CompileRequest | None = None) -> ObjectCode:
     """Compile CUDA (NVRTC) or HIP (hiprtc) source to PTX, cubin, LTO-IR or an AMD code object.
 
     arch: "sm_90", "compute_90", "gfx90a"...; None means the current device, else $KJIT_ARCH.
     target: "cubin" (default for CUDA), "ptx", "ltoir"; "hsaco" for HIP.
     Raises InvalidOptionError for bad arguments and CompileError (with log and source
     excerpts) when the compiler rejects the source.
+    _request: kjit's own callers' make_request of these same arguments (compile_many's items,
+    validated before any compiles), so it is not made again; taken here rather than by a
+    second entry point, which would put a frame between kjit.compile and the compiler.
     """
     t0 = time.perf_counter()
+    if backend not in BACKENDS:  # before the arch, which is resolved for a backend
+        raise InvalidOptionError(f"backend={backend!r} is not one of {', '.join(BACKENDS)}")
     if not cache or not enabled_by_env():
-        req = make_request(source, arch=arch, target=target, options=options,
-                           name_expressions=name_expressions, backend=backend, name=name)
+        req = _request or make_request(source, arch=arch, target=target, options=options,
+                                       name_expressions=name_expressions, backend=backend,
+                                       name=name)
         path = search.for_options(req.options, req.backend)
         return bypass(NAMESPACE, partial(compile_uncached, req, path), req.name)
     if arch is None:  # the current device (or $KJIT_ARCH): may differ from call to call
-        arch = arch_mod.resolve(None, backend if backend in ("cuda", "hip") else "cuda").name
+        arch = arch_mod.resolve(None, backend).name
     if not isinstance(name_expressions, (tuple, str)):
         name_expressions = tuple(name_expressions)
     # A call seen before: its key, while the headers it was derived from hold.
@@ -69,8 +77,8 @@ def compile(source: str, *, arch=None, target: str | None = None,
         except HeadersChanged:  # its entry was gone, and a compile now reads other files
             _memo.pop(sig, None)
 
-    req = make_request(source, arch=arch, target=target, options=options,
-                       name_expressions=name_expressions, backend=backend, name=name)
+    req = _request or make_request(source, arch=arch, target=target, options=options,
+                                   name_expressions=name_expressions, backend=backend, name=name)
     path = search.for_options(req.options, req.backend)
     for _ in range(_RETRIES):
         try:
@@ -111,20 +119,21 @@ def compile_key(source: str, **kwargs: Any) -> str:
         if keyed.key is not None:
             return keyed.key
         time.sleep(timestamp_granularity())  # a header changed as it compiled: again
-    return _scanned_key(req, path).key
+    return _scanned_key(Described(req, path)).key
 
 
 def compile_uncached(req: CompileRequest, path: search.SearchPath | None = None,
-                     job: Observed | None = None) -> ObjectCode:
+                     job: Described | None = None) -> ObjectCode:
     """Run the compiler for a validated request, searching includes along `path` (default:
-    the request's search.for_options); `job`: record what the compiler read into it. The
+    the request's search.for_options); `job`: the request's key descriptions, whose options
+    description the metadata reuses; an Observed one records what the compiler read. The
     compiler's modules (and the regexes declarations are scanned with) load only here."""
     from . import declarations
     from .identity import compiler_version
     if path is None:
         path = search.for_options(req.options, req.backend)
     recording: Any = contextlib.nullcontext([])
-    if job is not None:
+    if isinstance(job, Observed):
         from . import observe
         job.started, recording = time.time(), observe.collecting()
     with recording as seen:
@@ -140,12 +149,13 @@ def compile_uncached(req: CompileRequest, path: search.SearchPath | None = None,
                 name_expressions=req.name_expressions, search=path)
     from .pch import note  # how a precompiled header served this compile, if one did
     used = note() if req.backend != "hip" else None
-    if job is not None:
+    if isinstance(job, Observed):
         job.seen = seen
+    described = job.base["options"] if job is not None else req.options.describe()
     return ObjectCode(code, kind=req.target, arch=req.arch, log=log, symbols=symbols,
                       name=req.name, metadata={
                           "compiler": compiler_version(req.backend), "compile_ms": round(ms, 3),
-                          "options": req.options.describe(), "backend": req.backend,
+                          "options": described, "backend": req.backend,
                           "name_expressions": list(req.name_expressions),
                           "declarations": declarations.extract(req.source),
                           **({"pch": used} if used else {})})
@@ -171,13 +181,13 @@ def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
     """The key from the manifest of what this request's compile read, else by compiling it
     observed (once across processes: the others wait, then read its manifest); by scanning
     where compiles cannot be observed."""
+    job = Observed(req, path)   # the request described once, for every key made below
     if not switch_on("KJIT_OBSERVE"):  # whether the hooks work is asked only on a manifest miss
-        return _scanned_key(req, path)
-    prekey = manifest_key(req, path, observed=True)
+        return _scanned_key(job)
+    prekey = job.manifest_key(observed=True)
     found = manifest.lookup(prekey)
     if found is None and not _observer().available(req.backend):
-        return _scanned_key(req, path)
-    job = Observed(req, path)
+        return _scanned_key(job)
     if found is None:
         # the compile's modules load before the lock, whose holder opens the cache databases
         # on a helper thread: that thread's Python then runs beside NVRTC, not beside these
@@ -193,7 +203,7 @@ def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
             found = manifest.lookup(prekey)
             from . import portable  # a manifest miss only: a disk hit never loads it
             if found is None:  # another install's or node's record, checked here
-                record = portable_key(req, path)
+                record = job.portable_key()
                 found = portable.find(record, req.options)
                 if found is not None:
                     manifest.store(prekey, *found)
@@ -203,7 +213,7 @@ def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
                 try:
                     k, snap = job.key()
                 except NotObserved:  # the hooks could not be installed after all: scan
-                    return _scanned_key(req, path, compiled=obj)
+                    return _scanned_key(job, compiled=obj)
                 made = Made(obj, time.perf_counter() - t0)
                 if k is None:
                     return Keyed(None, None, made, None, job.meta, req.name, made)
@@ -216,14 +226,17 @@ def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
                  job.meta, req.name)
 
 
-def _scanned_key(req: CompileRequest, path: search.SearchPath,
-                 compiled: ObjectCode | None = None) -> Keyed:
-    """The key from kjit's include scan (remembered in a manifest); `compiled`: a binary
-    made already. includes.UnresolvedInclude (carrying `compiled`) when a header is missing."""
+def _scanned_key(d: Described, compiled: ObjectCode | None = None) -> Keyed:
+    """The key from kjit's include scan (remembered in a manifest) of the request `d`
+    describes; `compiled`: a binary made already. includes.UnresolvedInclude (carrying
+    `compiled`) when a header is missing."""
+    req, path = d.req, d.path
     opts = req.options
+    if isinstance(d, Observed):   # its compiles would be observed: these are scanned
+        d = d.unobserved()
     prekey = found = None
     if includes.may_read_headers(req.source, opts.extra):
-        prekey = manifest_key(req, path)
+        prekey = d.manifest_key()
         found = manifest.lookup(prekey)
     res = None
     if found is not None:
@@ -235,22 +248,21 @@ def _scanned_key(req: CompileRequest, path: search.SearchPath,
         except includes.UnresolvedInclude as exc:
             exc.compiled = compiled
             raise
-        k, snap = key_hash(NAMESPACE, describe(req, res)), res.snapshot
+        d.desc = d.scanned(res)
+        k, snap = key_hash(NAMESPACE, d.desc), res.snapshot
         if prekey is not None and not snap.empty:
             manifest.store(prekey, k, snap)
-    state = {"res": res}
 
     def check() -> None:
-        if state["res"] is None:  # keyed from a manifest: the entry's metadata needs the scan
-            state["res"] = includes.resolve(req.source, name=req.name, search=path,
-                                            defines=opts.defines, extra=opts.extra)
-            if key_hash(NAMESPACE, describe(req, state["res"])) != k:
+        if d.desc is None:  # keyed from a manifest: the entry's metadata needs the scan
+            d.desc = d.scanned(includes.resolve(req.source, name=req.name, search=path,
+                                                defines=opts.defines, extra=opts.extra))
+            if key_hash(NAMESPACE, d.desc) != k:
                 raise HeadersChanged()
         if not snap.check():
             raise HeadersChanged()
 
-    meta = lambda: {"key": describe(req, state["res"]), "source": req.source}  # noqa: E731
-    return Keyed(k, snap, partial(compile_uncached, req, path), check, meta, req.name,
+    return Keyed(k, snap, partial(compile_uncached, req, path, d), check, d.meta, req.name,
                  None if compiled is None else Made(compiled, 0.0), check)
 
 

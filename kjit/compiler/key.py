@@ -44,49 +44,92 @@ def _headers_key(res: Any, options: Any) -> dict[str, list]:
     return out
 
 
+class Described:
+    """One request's key descriptions, from a description of everything but the headers and
+    the in-memory headers' digests, each worked out once per request: the manifest's key,
+    another install's record, the observed or scanned key and the entry's metadata all reuse
+    them (the source is hashed and the options described once per miss)."""
+
+    def __init__(self, req: Any, path: Any):
+        self.req, self.path = req, path
+        self._base: dict[str, Any] | None = None
+        self._memory: dict[str, str] | None = None
+        self.desc: dict[str, Any] | None = None   # the key's whole description, once known
+
+    @property
+    def base(self) -> dict[str, Any]:
+        """The key's description without headers (callers copy it before adding to it)."""
+        if self._base is None:
+            self._base = describe(self.req, None)
+        return self._base
+
+    @property
+    def memory(self) -> dict[str, str]:
+        """The in-memory headers' digests, by name."""
+        if self._memory is None:
+            self._memory = {n: sha256(t) for n, t in self.path.headers.items()}
+        return self._memory
+
+    def unobserved(self) -> "Described":
+        """The same request's descriptions (those worked out kept), for compiles not observed."""
+        out = Described(self.req, self.path)
+        out._base, out._memory = self._base, self._memory
+        return out
+
+    def manifest_key(self, observed: bool = False) -> str:
+        """What a compile's manifest is filed under: everything in its key but the headers,
+        plus where they are searched for, the in-memory headers' contents and how keys were
+        made (observed or scanned: a scanned key never answers an observed lookup)."""
+        desc = dict(self.base)
+        if observed:
+            desc["keyed_by"] = "observation"
+        desc["search"] = list(self.path.dirs)
+        desc["memory"] = self.memory
+        return key_hash("compile-manifest", desc)
+
+    def portable_key(self) -> dict[str, Any]:
+        """What another install's or node's record of this compile is filed under (portable.py)."""
+        from . import portable
+        desc = dict(self.base, keyed_by="observation")
+        return portable.record_key(desc, self.path.dirs, self.memory, self.req.options)
+
+    def observed(self, read: list, probed: list) -> dict[str, Any]:
+        """The compile key's description from what an observed compile read: each file by its
+        name relative to the root it was found under (so the key does not depend on where the
+        toolkit is installed) and its contents, the files it found but did not read, and the
+        in-memory headers."""
+        from . import roots
+        name = roots.namer(self.req.options)
+        desc = dict(self.base)
+        desc["memory"] = self.memory
+        desc["read"] = sorted([name(p), sha] for p, sha in read)
+        desc["probed"] = sorted(name(p) for p in probed)
+        return desc
+
+    def scanned(self, res: Any) -> dict[str, Any]:
+        """The compile key's description from kjit's include scan `res` (None: no headers)."""
+        return dict(self.base, **(_headers_key(res, self.req.options) if res is not None else {}))
+
+    def meta(self) -> dict[str, Any]:
+        """An entry's metadata: the key's description (`desc`, once known, else the one
+        without headers), the source and its digest (the lookup would hash it again)."""
+        return {"key": dict(self.base) if self.desc is None else self.desc,
+                "source": self.req.source, "source_sha256": self.base["source_sha256"]}
+
+
 def manifest_key(req: Any, path: Any, observed: bool = False) -> str:
-    """What a compile's manifest is filed under: everything in its key but the headers, plus
-    where they are searched for, the in-memory headers' contents and how keys were made
-    (observed or scanned: a scanned key never answers an observed lookup)."""
-    desc = describe(req, None)
-    if observed:
-        desc["keyed_by"] = "observation"
-    desc["search"] = list(path.dirs)
-    desc["memory"] = {n: sha256(t) for n, t in path.headers.items()}
-    return key_hash("compile-manifest", desc)
+    """What a compile's manifest is filed under (Described.manifest_key), for one request."""
+    return Described(req, path).manifest_key(observed)
 
 
-def observed_description(req: Any, path: Any, read: list, probed: list) -> dict[str, Any]:
-    """The compile key's description from what an observed compile read: each file by its
-    name relative to the root it was found under (so the key does not depend on where the
-    toolkit is installed) and its contents, the files it found but did not read, and the
-    in-memory headers."""
-    from . import roots
-    name = roots.namer(req.options)
-    desc = describe(req, None)
-    desc["memory"] = {n: sha256(t) for n, t in path.headers.items()}
-    desc["read"] = sorted([name(p), sha] for p, sha in read)
-    desc["probed"] = sorted(name(p) for p in probed)
-    return desc
-
-
-def portable_key(req: Any, path: Any) -> dict[str, Any]:
-    """What another install's or node's record of this compile is filed under (portable.py)."""
-    from . import portable
-    desc = dict(describe(req, None), keyed_by="observation")
-    return portable.record_key(desc, path.dirs, {n: sha256(t) for n, t in path.headers.items()},
-                               req.options)
-
-
-class Observed:
+class Observed(Described):
     """One request's observed compiles: api.compile_uncached(req, path, self) fills `seen`
     (what the compiler read) and `started`; key() turns the last one into its key."""
 
     def __init__(self, req: Any, path: Any):
-        self.req, self.path = req, path
+        super().__init__(req, path)
         self.seen: list = []
         self.started = 0.0
-        self.desc: dict | None = None
         self.read: list = []
         self.probed: list = []
 
@@ -102,12 +145,8 @@ class Observed:
         if got is None:
             return None, None
         snap, self.read, self.probed = got
-        self.desc = observed_description(self.req, self.path, self.read, self.probed)
+        self.desc = self.observed(self.read, self.probed)
         return key_hash(NAMESPACE, self.desc), snap
-
-    def meta(self) -> dict[str, Any]:
-        """The entry's metadata: the key's description and the source."""
-        return {"key": self.desc, "source": self.req.source}
 
     def check(self, k: str, snap: Any) -> None:
         """After compiling again for key `k` (its entry was gone): HeadersChanged unless the

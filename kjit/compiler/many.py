@@ -78,7 +78,8 @@ def _listed(sources: Any) -> list:
 
 
 def _item(i: int, it: Any, common: dict) -> tuple[dict, Any]:
-    """(kjit.compile's keyword arguments, validated request) for item i."""
+    """(kjit.compile's keyword arguments, validated request) for item i; the arguments carry
+    the request, so kjit.compile does not validate them again."""
     from .request import make_request
     if isinstance(it, Mapping):
         unknown = sorted(set(map(str, it)) - set(ITEM_KEYS))
@@ -98,6 +99,7 @@ def _item(i: int, it: Any, common: dict) -> tuple[dict, Any]:
     except InvalidOptionError as exc:
         raise InvalidOptionError(f"compile_many item {i}: {exc}") from None
     kw["arch"] = req.arch   # the device's arch resolved once; the rest as given, as kjit.compile memoises it
+    kw["_request"] = req
     return kw, req
 
 
