@@ -151,7 +151,9 @@ def compile_uncached(req: CompileRequest, path: search.SearchPath | None = None,
     used = note() if req.backend != "hip" else None
     if isinstance(job, Observed):
         job.seen = seen
-    described = job.base["options"] if job is not None else req.options.describe()
+    # a copy: the key's own description must not change if a caller edits the metadata
+    from copy import deepcopy
+    described = deepcopy(job.base["options"]) if job is not None else req.options.describe()
     return ObjectCode(code, kind=req.target, arch=req.arch, log=log, symbols=symbols,
                       name=req.name, metadata={
                           "compiler": compiler_version(req.backend), "compile_ms": round(ms, 3),
