@@ -13,9 +13,14 @@ from pathlib import Path
 import pytest
 
 import kjit
-from kjit.compiler import api, pch
+from kjit.compiler import api, observe, pch
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# a PCH's files are known only by observing its compile: without the observer, no PCH is made
+pytestmark = pytest.mark.skipif(not observe.available("cuda"),
+                                reason="the compile observer (kjit/compiler/_observe.c) is not "
+                                       "built here: precompiled headers are off without it")
 
 HEADER = textwrap.dedent("""\
     #pragma once
@@ -102,21 +107,16 @@ def test_name_expressions_and_compile_errors_are_those_of_a_plain_compile(inc, m
     assert "undeclared_thing" in used.value.log and used.value.log == without.value.log
 
 
-def test_a_time_trace_flag_turns_it_off(inc, tmp_path, monkeypatch):
+def test_a_time_trace_flag_turns_it_off(inc, tmp_path):
     trace = tmp_path / "trace.json"
-    with monkeypatch.context() as m:
-        m.setenv("KJIT_PCH", "0")
-        try:   # twice: the second compile reads the trace the first one wrote
-            for _ in range(2):
-                kjit.compile(source(0), arch="sm_90", cache=False, options=kjit.CompileOptions(
-                    include_dirs=[str(inc)], extra=[f"--fdevice-time-trace={trace}"]))
-        except kjit.CompileError as exc:   # NVRTC 13.0's ptxas cannot read its own trace
-            pytest.skip("this NVRTC fails a second --fdevice-time-trace compile itself: "
-                        f"{str(exc).splitlines()[2:3]}")
-        trace.unlink(missing_ok=True)
     before = pch.stats()
     for i in (1, 2, 3):
-        obj = _compile(i, inc, opts={"extra": [f"--fdevice-time-trace={trace}"]})
+        try:
+            obj = _compile(i, inc, opts={"extra": [f"--fdevice-time-trace={trace}"]})
+        except kjit.CompileError as exc:   # NVRTC 13.0's ptxas cannot always read its own trace
+            if "trace file" not in str(exc):
+                raise
+            pytest.skip(f"this NVRTC fails --fdevice-time-trace itself: {str(exc).splitlines()[2:3]}")
         assert "pch" not in obj.metadata
     assert pch.stats() == before
 
