@@ -207,9 +207,9 @@ static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
 
 /* Launcher: one kernel launch configuration as a callable, `k[grid, block]`. Its call packs
  * and launches in C; anything else (another thread, another current context, an argument
- * the C packer declines, a wrong count, keywords, a failed launch) goes to `fallback`, the
- * Python launcher for the same configuration, which does the whole launch itself (on the
- * current device) and raises kjit's errors. A configuration given no stream (L_AUTO_STREAM)
+ * the C packer declines, a wrong count, keywords) goes to `fallback`, the Python launcher for
+ * the same configuration, which does the whole launch itself (on the current device) and
+ * raises kjit's errors; a failed launch goes to `on_error`, which raises its error. A configuration given no stream (L_AUTO_STREAM)
  * launches on the current stream of its arrays' framework (kjit_framework_stream). */
 enum { L_AUTO_STREAM = 1, L_GRAD_OK = 2 };
 typedef struct {
