@@ -126,6 +126,11 @@ def test_kjit_compile_with_an_empty_key_fails_clearly(monkeypatch, tmp_path):
     (remote.ENV_URL, "redis://host:99999/0", "redis://"),
     (remote.ENV_URL, "redis://host:port/0", "redis://"),
     (remote.ENV_URL, "unix://", "socket"),
+    (remote.ENV_URL, "http://cache:6379", "redis://"),
+    (remote.ENV_TTL, "a week", "duration"),
+    (remote.ENV_MAX_VALUE, "lots", "size"),
+    (remote.ENV_PREFIX, "kjit *", "prefix"),
+    (remote.ENV_TIMEOUT, "0", "above zero"),
 ])
 def test_a_malformed_setting_names_the_variable_and_the_form(monkeypatch, var, value, words):
     monkeypatch.setenv(remote.ENV_URL, "redis://127.0.0.1:1/0")
