@@ -103,13 +103,26 @@ def compile(source: str, *, arch: Any = None, backend: str = "cuda", **kwargs: A
 
 
 def _compiles(kwargs: dict) -> bool:
-    """Whether this compile certainly runs the compiler: caching is off for it, or there is no
-    cache directory yet (a process's first compile on a new machine or cache). Otherwise a hit
+    """Whether this compile certainly runs the compiler: caching is off for it or by
+    KJIT_CACHE=0, or there is no cache directory yet (a process's first compile on a new machine or cache). Otherwise a hit
     is possible, and a hit needs no driver."""
+    global _cache_seen_for
     if kwargs.get("cache") is False:
         return True
+    from .settings import cache_enabled, env_raw
+    if not cache_enabled():
+        return True
+    where = env_raw("KJIT_CACHE_DIR")
+    if where == _cache_seen_for:   # a directory once there stays: not looked for on every call
+        return False
     from .locations import cache_dirs
-    return not any(d.exists() for d in cache_dirs())
+    if not any(d.exists() for d in cache_dirs()):
+        return True
+    _cache_seen_for = where
+    return False
+
+
+_cache_seen_for: object = object()   # the KJIT_CACHE_DIR whose directory was found
 
 
 def load(code: Any, *, jit_options: Any = None) -> Any:

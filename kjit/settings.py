@@ -112,8 +112,8 @@ def env_switch(name: str, default: bool | None = None, env: Mapping[str, str] | 
 
 
 def switch_on(name: str) -> bool:
-    """A switch that is on by default (KJIT_CACHE, KJIT_OBSERVE...)."""
-    return env_switch(name, True)
+    """A switch's value, its default from SWITCHES (KJIT_CACHE, KJIT_OBSERVE...)."""
+    return env_switch(name)
 
 
 def env_size(name: str, default: int, env: Mapping[str, str] | None = None) -> int:

@@ -245,7 +245,7 @@ def _row(key: str, head: bytes | None, ttl: float | None) -> dict[str, Any] | No
         return {"key": key, "note": "not shared: " + head[len(NO_VALUE):].decode(errors="replace").strip(),
                 "ttl_s": ttl}
     signed = shared.is_signed(head)
-    body = head[40:] if signed else head
+    body = head[shared.SIG_HEADER:] if signed else head
     try:
         hlen, clen = entry_mod.declared_lengths(body)
     except entry_mod.CorruptEntry:

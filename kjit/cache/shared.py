@@ -53,6 +53,7 @@ _pending: Counter = Counter()
 SIG_MAGIC = b"KJITSIG1"
 _CONTEXT = b"kjit-remote-value-v1\0"
 _MAC_SIZE = 32
+SIG_HEADER = len(SIG_MAGIC) + _MAC_SIZE   # what a signed value carries before its entry
 
 
 class Refused(Exception):
@@ -83,10 +84,10 @@ def open_value(secret: bytes | None, key: str, value: bytes) -> bytes:
     bytes are returned, still to be checksummed by kjit.cache.entry."""
     signed = is_signed(value)
     if secret is None:
-        return value[len(SIG_MAGIC) + _MAC_SIZE:] if signed else value
+        return value[SIG_HEADER:] if signed else value
     if not signed:
         raise Refused("value is not signed (written by a node without KJIT_REMOTE_CACHE_KEY?)")
-    start = len(SIG_MAGIC) + _MAC_SIZE
+    start = SIG_HEADER
     body = memoryview(value)[start:]
     if not hmac.compare_digest(value[len(SIG_MAGIC):start], _mac(secret, key, body)):
         raise Refused("signature does not match (another key, or the value was altered)")
