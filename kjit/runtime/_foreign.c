@@ -27,8 +27,16 @@ static const char* const accessor_names[N_ACCESSORS] = {
 static const int accessor_is_call[N_ACCESSORS] = {0, 0, 1, 1, 0, 1, 0, 0};
 /* With one CUDA device in the process, a tensor on CUDA is on device 0: the `is_cuda` getter
  * answers that for a fraction of get_device()'s argument parsing. */
-static int single_device = 0;
-void kjit_foreign_single_device(int single) { single_device = single; }
+static int (*device_count)(int*) = NULL;   /* libcuda's cuDeviceGetCount, from _launch.c's bind */
+static int single_device = -1;             /* -1: not known yet (asked until the driver answers) */
+void kjit_foreign_bind(int (*count_fn)(int*)) { device_count = count_fn; }
+
+static int one_device(void) {
+    int count = 0;
+    if (single_device < 0 && device_count && device_count(&count) == 0)
+        single_device = count == 1;   /* before cuInit the call fails: asked again next time */
+    return single_device == 1;
+}
 static PyObject* accessor_strs[N_ACCESSORS];
 
 #define MAX_TYPES 32     /* more learned array types than this stay on the Python path */
@@ -218,7 +226,7 @@ int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, i
         if (!grad_ok && (!as_long(read_accessor(ft, A_REQUIRES_GRAD, v), &grad) || grad)) return 0;   /* Python says why */
         long long on_cuda = 0;
         if (!as_long(read_accessor(ft, A_IS_CONTIGUOUS, v), &contiguous) || !contiguous) return 0;
-        if (single_device) {
+        if (one_device()) {
             if (!as_long(read_accessor(ft, A_IS_CUDA, v), &on_cuda)) return 0;
             device = on_cuda ? 0 : -1;
         } else if (!as_long(read_accessor(ft, A_GET_DEVICE, v), &device)) return 0;

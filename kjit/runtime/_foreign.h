@@ -11,6 +11,6 @@ PyObject* kjit_register_foreign(PyObject* self, PyObject* const* a, Py_ssize_t n
 PyObject* kjit_register_stream(PyObject* self, PyObject* const* a, Py_ssize_t nargs);
 int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, int grad_ok);
 int kjit_framework_stream(int seen, PyObject* device, void** out);
-void kjit_foreign_single_device(int single);
+void kjit_foreign_bind(int (*count_fn)(int*));
 
 #endif

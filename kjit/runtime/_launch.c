@@ -43,9 +43,7 @@ static PyObject* bind(PyObject* self, PyObject* noargs) {
     cu_ctx_current = (kjit_ctx_current_fn)current_sym;
     kjit_tables_bind(cu_ctx_current);
     cu_pointer_attrs = (pointer_attrs_fn)attrs_sym;
-    int (*device_count)(int*) = (int (*)(int*))dlsym(h, "cuDeviceGetCount");
-    int count = 0;   /* before cuInit the call fails: then devices are asked per tensor */
-    kjit_foreign_single_device(device_count && device_count(&count) == 0 && count == 1);
+    kjit_foreign_bind((int (*)(int*))dlsym(h, "cuDeviceGetCount"));
     cu_launch = (launch_fn)launch_sym;   /* last: its being set means all three are */
     Py_RETURN_NONE;
 }

@@ -47,11 +47,7 @@ def pointer(slot: ParamSlot, value: Any, device: int, pending: list) -> int:
     cai = getattr(value, "__cuda_array_interface__", None)
     if cai is not None:
         data, _readonly = cai["data"]
-        typestr, itemsize, _ = dtypes.resolve(cai["typestr"])
-        shape = tuple(cai["shape"])
-        strides = cai.get("strides")
-        contiguous = strides is None or tuple(strides) == _c_strides(shape, itemsize) or \
-            math.prod(shape) <= 1
+        typestr, _itemsize, _nbytes, contiguous = array_layout(cai)
         check_array(slot, typestr, contiguous,
                     foreign_device(value, int(data or 0), getattr(pending, "stream", None)), device)
         learn_foreign(value, typestr)
@@ -136,6 +132,16 @@ def tensor_pointer(slot: ParamSlot, t: Any, device: int, grad_ok: bool = False,
 # array through .data.ptr / .data.device_id / ._c_contiguous; .dtype through the table below.
 _learned: set = set()
 _streams_registered: set = set()
+
+
+def array_layout(cai: dict) -> tuple[str, int, int, bool]:
+    """(typestr, itemsize, bytes, C-contiguous) of a __cuda_array_interface__ dict."""
+    typestr, itemsize, _ = dtypes.resolve(cai["typestr"])
+    shape = tuple(cai["shape"])
+    strides = cai.get("strides")
+    n = math.prod(shape)
+    contiguous = strides is None or tuple(strides) == _c_strides(shape, itemsize) or n <= 1
+    return typestr, itemsize, n * itemsize, contiguous
 
 
 def learn_foreign(value: Any, typestr: str) -> None:

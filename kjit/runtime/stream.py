@@ -233,11 +233,20 @@ def framework_kind(value: Any) -> int:
 def stream_getter(kind: int) -> Any:
     """The framework's own reader of its current stream, as the C launcher calls it: PyTorch's
     takes the device index and returns the raw handle (what Triton's launcher reads), CuPy's
-    takes nothing and returns a Stream. None where the framework lacks it."""
-    if kind == TORCH:
-        return getattr(getattr(sys.modules.get("torch"), "_C", None), "_cuda_getCurrentRawStream", None)
-    cuda = getattr(sys.modules.get("cupy"), "cuda", None)
-    return getattr(cuda, "get_current_stream", None)
+    takes nothing and returns a Stream. None where the framework lacks it. Found once per
+    framework: a launch given no stream asks it every time."""
+    getter = _getters.get(kind)
+    if getter is None:
+        if kind == TORCH:
+            getter = getattr(getattr(sys.modules.get("torch"), "_C", None), "_cuda_getCurrentRawStream", None)
+        else:
+            getter = getattr(getattr(sys.modules.get("cupy"), "cuda", None), "get_current_stream", None)
+        if getter is not None:
+            _getters[kind] = getter
+    return getter
+
+
+_getters: dict[int, Any] = {}
 
 
 def current_stream(kind: int, device: int) -> int | None:

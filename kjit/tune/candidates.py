@@ -119,17 +119,14 @@ def threads(block: Any) -> int:
 
 def limit_problem(kernel: Any, block: Any, shared: int) -> str | None:
     """Why this kernel cannot run with this block and dynamic shared memory, or None."""
-    from .. import driver
+    from ..runtime.context import Device
     a = kernel.attributes
     n = threads(block)
     regs = f"{a.num_regs} registers/thread, {a.shared_size_bytes} B static shared"
     if n > a.max_threads_per_block:
         return (f"block of {n} threads exceeds the kernel's limit of {a.max_threads_per_block} "
                 f"({regs})")
-    drv = driver.bindings()
-    dev = driver.call(drv.cuDeviceGet, kernel.device)
-    optin = int(driver.call(drv.cuDeviceGetAttribute,
-                            drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev))
+    optin = Device(kernel.device).attribute("max_shared_memory_per_block_optin")
     if a.shared_size_bytes + shared > optin:
         return (f"{a.shared_size_bytes} B static + {shared} B dynamic shared memory exceeds the "
                 f"device's {optin} B per block")

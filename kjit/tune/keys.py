@@ -97,16 +97,11 @@ def name_args(names: Sequence[str] | None, args: Sequence[Any], kwargs: Mapping[
 
 def _device(ordinal: int) -> dict[str, Any]:
     from .. import driver
-    drv = driver.bindings()
-    dev = driver.call(drv.cuDeviceGet, ordinal)
-    raw = driver.call(drv.cuDeviceGetName, 256, dev)
-    name = (raw if isinstance(raw, bytes) else bytes(raw)).split(b"\0", 1)[0].decode(errors="replace")
-    attr = drv.CUdevice_attribute
-    sms = int(driver.call(drv.cuDeviceGetAttribute, attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev))
-    major = int(driver.call(drv.cuDeviceGetAttribute, attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
-    minor = int(driver.call(drv.cuDeviceGetAttribute, attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev))
-    version = int(driver.call(drv.cuDriverGetVersion))
-    return {"name": name, "sms": sms, "cc": f"{major}.{minor}", "driver": version}
+    from ..runtime.context import Device
+    dev = Device(ordinal)
+    major, minor = driver.compute_capability(ordinal)
+    return {"name": dev.name, "sms": dev.attribute("multiprocessor_count"), "cc": f"{major}.{minor}",
+            "driver": int(driver.call(driver.bindings().cuDriverGetVersion))}
 
 
 def current_device() -> dict[str, Any]:

@@ -25,20 +25,11 @@ def device_buffer(name: str, value: Any) -> tuple[int, int]:
     if cai is None:
         raise ArgumentError(f"argument {name!r} is named in restore_value/reset_to_zero but is a "
                             f"{type(value).__name__}, not a device array")
-    shape, typestr = cai["shape"], cai["typestr"]
-    itemsize = int(typestr[2:])
-    n = 1
-    for d in shape:
-        n *= int(d)
-    strides = cai.get("strides")
-    if strides is not None:
-        expected, s = [], itemsize
-        for d in reversed(shape):
-            expected.insert(0, s)
-            s *= int(d)
-        if n > 1 and tuple(strides) != tuple(expected):
-            raise ArgumentError(f"argument {name!r} (restore_value/reset_to_zero) must be contiguous")
-    return int(cai["data"][0]), n * itemsize
+    from ..runtime.pointers import array_layout
+    _typestr, _itemsize, nbytes, contiguous = array_layout(cai)
+    if not contiguous:
+        raise ArgumentError(f"argument {name!r} (restore_value/reset_to_zero) must be contiguous")
+    return int(cai["data"][0]), nbytes
 
 
 class Protected:
