@@ -239,3 +239,18 @@ def test_hip_compiles_are_observed_and_follow_their_headers(tmp_path):
     write(inc / "b.h", "#define VAL 1111111\n")
     again = hip()
     assert again.cache_hit is True and again.code == one.code
+
+
+def test_a_second_hook_install_still_sees_the_library_hooked(tmp_path):
+    """Two threads' first compiles may both install the hooks: the second finds the slots
+    already pointing at kjit's wrappers, and must count the library as hooked, not turn
+    observation off for the rest of the process."""
+    mod = observe._module()
+    if mod is None or not observe.available("cuda"):
+        pytest.skip("the compile observer (kjit/compiler/_observe.c) is not built here")
+    kjit.compile('extern "C" __global__ void k() {}', arch="sm_90", cache=False)   # NVRTC loaded
+    libs = list(observe.LIBRARIES["cuda"])
+    first = {os.path.basename(p): n for p, n in mod.install(libs)}
+    again = {os.path.basename(p): n for p, n in mod.install(libs)}
+    nvrtc = [name for name in first if name.startswith("libnvrtc.so")]
+    assert nvrtc and first[nvrtc[0]] > 0 and again == first

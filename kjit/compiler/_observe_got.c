@@ -49,8 +49,10 @@ typedef struct {
 
 static uintptr_t rebase(uintptr_t p, uintptr_t base) { return p < base ? p + base : p; }
 
+/* 1 when the slot holds `value` afterwards (already hooked counts: a second install, from
+ * another thread or a retry, must see its library as hooked), -1 on failure */
 static int patch_slot(void **slot, void *value, uintptr_t relro_lo, uintptr_t relro_hi) {
-    if (*slot == value) return 0;
+    if (*slot == value) return 1;
     uintptr_t a = (uintptr_t)slot;
     int in_relro = a >= relro_lo && a < relro_hi;
     long page = sysconf(_SC_PAGESIZE);

@@ -66,6 +66,8 @@ def install(backend: str) -> bool:
     if mod is None:
         return False
     with _lock:
+        if _state["installed"].get(backend):   # another thread hooked it meanwhile
+            return True
         try:
             patched = mod.install(list(LIBRARIES[backend]))
         except OSError as exc:
