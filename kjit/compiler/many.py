@@ -195,6 +195,9 @@ def _prologue_groups(items: list, size: int) -> list[str | None]:
     """Per item: its include prologue and options, where enough items share them that each
     worker will likely compile two or more (a precompiled header then pays from a worker's
     first one: compiler/pch.py); else None."""
+    workers = max(1, min(size, len(items)))
+    if size == 1 or len(items) < 2 * workers:   # no group can give each worker two
+        return [None] * len(items)
     from collections import Counter
     from .pch import prologue
     groups = []
@@ -202,7 +205,6 @@ def _prologue_groups(items: list, size: int) -> list[str | None]:
         text = prologue(req.source) if req.backend == "cuda" else None
         groups.append(None if text is None else _request((kw, req._replace(source=text))))
     counts = Counter(g for g in groups if g is not None)
-    workers = max(1, min(size, len(items)))
     return [g if g is not None and counts[g] >= 2 * workers else None for g in groups]
 
 

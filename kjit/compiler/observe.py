@@ -20,6 +20,8 @@ import os
 import threading
 from typing import Any, Iterator
 
+from .options import PRELUDE
+
 ENV = "KJIT_OBSERVE"
 
 # Compiler libraries per backend (file-name prefixes). hiprtc compiles through comgr's clang,
@@ -33,7 +35,7 @@ REQUIRED = {"cuda": (("libnvrtc",),), "hip": (("libamdhip64", "libhiprtc"), ("li
 NVRTC_INTERNAL = ("__nv_nvrtc_builtin_header.h", "__nv_name_map",
                   # kjit's pre-included prelude: NVRTC stats it beside the source first, but
                   # the in-memory header always wins (test_nvcc_prelude.py)
-                  "__kjit_prelude.h")
+                  PRELUDE)
 
 K_ABSENT, K_FILE, K_DIR, K_OTHER, K_ERROR, K_WRITE = range(6)
 _IGNORED_ROOTS = ("/proc/", "/sys/", "/dev/")
@@ -239,15 +241,17 @@ def merge(observations: list) -> Observation:
     if len(observations) == 1:
         return observations[0]
     out = Observation()
+    absent: dict[str, None] = {}   # in order, without the quadratic list scan
     for o in observations:
         for p, sig in o.read.items():
             if out.read.setdefault(p, sig) != sig:
                 out.complete = False
         for p, sig in o.probed.items():
             out.probed.setdefault(p, sig)
-        out.absent += [p for p in o.absent if p not in out.absent]
+        absent.update(dict.fromkeys(o.absent))
         out.cwd_dependent |= o.cwd_dependent
         out.complete &= o.complete
+    out.absent = list(absent)
     out.probed = {p: s for p, s in out.probed.items() if p not in out.read}
     if any(p in out.read or p in out.probed for p in out.absent):
         out.complete = False
