@@ -89,17 +89,25 @@ static int kind_of_mode(mode_t m) {
 }
 
 /* after a call that returned a stat (0) or failed (-1) */
-static void add_stat(char op, const char *path, int dirfd, int ret, const struct stat *st, int e) {
+static void note_stat(char op, const char *path, int dirfd, int ret, const struct stat *st) {
+    if (!tl_buf || tl_busy) return;
+    int e = errno;
     if (ret == 0) add(op, path, dirfd, kind_of_mode(st->st_mode), st);
     else add(op, path, dirfd, kind_of_errno(e), NULL);
+    errno = e;
 }
 
-static void add_open(char op, const char *path, int dirfd, int fd, int writing, int e) {
-    if (fd < 0) { add(op, path, dirfd, kind_of_errno(e), NULL); return; }
-    if (writing) { add(op, path, dirfd, K_WRITE, NULL); return; }
+/* The note_* calls run right after the real call, on this thread's compile only, and leave
+ * errno as the real call set it. */
+static void note_open(char op, const char *path, int dirfd, int fd, int writing) {
+    if (!tl_buf || tl_busy) return;
+    int e = errno;
     struct stat st;
-    if (fstat(fd, &st) == 0) add(op, path, dirfd, kind_of_mode(st.st_mode), &st);
+    if (fd < 0) add(op, path, dirfd, kind_of_errno(e), NULL);
+    else if (writing) add(op, path, dirfd, K_WRITE, NULL);
+    else if (fstat(fd, &st) == 0) add(op, path, dirfd, kind_of_mode(st.st_mode), &st);
     else add(op, path, dirfd, K_OTHER, NULL);
+    errno = e;
 }
 
 #define REAL(name, ret, params) static ret (*real_##name) params
@@ -139,7 +147,7 @@ static mode_t va_mode(int flags, va_list ap) {
     static int w_##name(const char *path, int flags, ...) {                   \
         va_list ap; va_start(ap, flags); mode_t m = va_mode(flags, ap); va_end(ap); \
         int fd = real_##name(path, flags, m);                                 \
-        if (tl_buf && !tl_busy) { int e = errno; add_open('o', path, AT_FDCWD, fd, writes(flags), e); errno = e; } \
+        note_open('o', path, AT_FDCWD, fd, writes(flags));                   \
         return fd;                                                            \
     }
 OPEN_WRAPPER(open)
@@ -149,7 +157,7 @@ OPEN_WRAPPER(open64)
     static int w_##name(int dirfd, const char *path, int flags, ...) {        \
         va_list ap; va_start(ap, flags); mode_t m = va_mode(flags, ap); va_end(ap); \
         int fd = real_##name(dirfd, path, flags, m);                          \
-        if (tl_buf && !tl_busy) { int e = errno; add_open('o', path, dirfd, fd, writes(flags), e); errno = e; } \
+        note_open('o', path, dirfd, fd, writes(flags));                      \
         return fd;                                                            \
     }
 OPENAT_WRAPPER(openat)
@@ -158,7 +166,7 @@ OPENAT_WRAPPER(openat64)
 #define OPEN2_WRAPPER(name)                                                   \
     static int w_##name(const char *path, int flags) {                        \
         int fd = real_##name(path, flags);                                    \
-        if (tl_buf && !tl_busy) { int e = errno; add_open('o', path, AT_FDCWD, fd, writes(flags), e); errno = e; } \
+        note_open('o', path, AT_FDCWD, fd, writes(flags));                   \
         return fd;                                                            \
     }
 OPEN2_WRAPPER(__open_2)
@@ -167,12 +175,7 @@ OPEN2_WRAPPER(__open64_2)
 #define FOPEN_WRAPPER(name)                                                   \
     static FILE *w_##name(const char *path, const char *mode) {               \
         FILE *f = real_##name(path, mode);                                    \
-        if (tl_buf && !tl_busy) {                                             \
-            int e = errno;                                                    \
-            int w = mode && strpbrk(mode, "wa+") != NULL;                     \
-            add_open('o', path, AT_FDCWD, f ? fileno(f) : -1, w, e);          \
-            errno = e;                                                        \
-        }                                                                     \
+        note_open('o', path, AT_FDCWD, f ? fileno(f) : -1, mode && strpbrk(mode, "wa+") != NULL); \
         return f;                                                             \
     }
 FOPEN_WRAPPER(fopen)
@@ -181,7 +184,7 @@ FOPEN_WRAPPER(fopen64)
 #define XSTAT_WRAPPER(name, op)                                               \
     static int w_##name(int ver, const char *path, struct stat *st) {         \
         int r = real_##name(ver, path, st);                                   \
-        if (tl_buf && !tl_busy) { int e = errno; add_stat(op, path, AT_FDCWD, r, st, e); errno = e; } \
+        note_stat(op, path, AT_FDCWD, r, st);                                 \
         return r;                                                             \
     }
 XSTAT_WRAPPER(__xstat, 's')
@@ -192,7 +195,7 @@ XSTAT_WRAPPER(__lxstat64, 'l')
 #define FXSTATAT_WRAPPER(name)                                                \
     static int w_##name(int ver, int dirfd, const char *path, struct stat *st, int fl) { \
         int r = real_##name(ver, dirfd, path, st, fl);                        \
-        if (tl_buf && !tl_busy) { int e = errno; add_stat((fl & AT_SYMLINK_NOFOLLOW) ? 'l' : 's', path, dirfd, r, st, e); errno = e; } \
+        note_stat((fl & AT_SYMLINK_NOFOLLOW) ? 'l' : 's', path, dirfd, r, st); \
         return r;                                                             \
     }
 FXSTATAT_WRAPPER(__fxstatat)
@@ -201,7 +204,7 @@ FXSTATAT_WRAPPER(__fxstatat64)
 #define STAT_WRAPPER(name, op)                                                \
     static int w_##name(const char *path, struct stat *st) {                  \
         int r = real_##name(path, st);                                        \
-        if (tl_buf && !tl_busy) { int e = errno; add_stat(op, path, AT_FDCWD, r, st, e); errno = e; } \
+        note_stat(op, path, AT_FDCWD, r, st);                                 \
         return r;                                                             \
     }
 STAT_WRAPPER(stat, 's')
@@ -212,8 +215,8 @@ STAT_WRAPPER(lstat64, 'l')
 #define FSTATAT_WRAPPER(name)                                                 \
     static int w_##name(int dirfd, const char *path, struct stat *st, int fl) { \
         int r = real_##name(dirfd, path, st, fl);                             \
-        if (tl_buf && !tl_busy && !(fl & AT_EMPTY_PATH && path && !*path)) {  \
-            int e = errno; add_stat((fl & AT_SYMLINK_NOFOLLOW) ? 'l' : 's', path, dirfd, r, st, e); errno = e; } \
+        if (!(fl & AT_EMPTY_PATH && path && !*path))                          \
+            note_stat((fl & AT_SYMLINK_NOFOLLOW) ? 'l' : 's', path, dirfd, r, st); \
         return r;                                                             \
     }
 FSTATAT_WRAPPER(fstatat)
@@ -234,7 +237,6 @@ static void add_probe(char op, const char *path, int dirfd, int ok, int e, int f
 static int w_access(const char *path, int mode) {
     int r = real_access(path, mode);
     int e = errno;
-    if (!tl_buf) return r;
     add_probe('a', path, AT_FDCWD, r == 0, e, 1);
     errno = e;
     return r;
