@@ -135,7 +135,7 @@ def test_unwritable_output_is_a_clear_error(work):
 
 
 def test_console_script_entry_point_reports_errors_without_traceback(work):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, "-c", "from kjit.cli.main import main; main()",
                            "compile", "bad.cu", "--arch", "sm_90"],
                           capture_output=True, text=True, env=env, timeout=120)

@@ -296,7 +296,7 @@ def run_cli(*args, env=None, **kw):
     """The real `kjit` in a fresh process (`python -m kjit.cli.main`)."""
     import subprocess
     import sys
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), **(env or {}))
     return subprocess.run([sys.executable, "-m", "kjit.cli.main", *map(str, args)], env=env,
                           capture_output=True, text=True, timeout=300, **kw)
 
@@ -395,7 +395,7 @@ def test_sigint_during_a_command_exits_130(tmp_path, as_json):
     os.mkfifo(fifo)
     cmd = [sys.executable, "-m", "kjit.cli.main", "compile", str(fifo), "--arch", "sm_90",
            "-o", str(tmp_path / "o.cubin")] + (["--json"] if as_json else [])
-    env = dict(os.environ, PYTHONPATH=str(ROOT), KJIT_CACHE_DIR=str(tmp_path / "c"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), KJIT_CACHE_DIR=str(tmp_path / "c"))
     # SIGINT as a terminal delivers it, even where this test runs with it ignored (a background job)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

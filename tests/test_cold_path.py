@@ -147,7 +147,7 @@ def test_start_init_without_a_driver_keeps_init_s_error():
             "driver.start_init()\n"
             "try:\n    driver.init()\nexcept errors.CudaUnavailableError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))))
     assert out.returncode == 0 and out.stdout.startswith("no CUDA driver found"), out
 
 

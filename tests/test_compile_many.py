@@ -172,7 +172,7 @@ PARENT = textwrap.dedent('''
 
 
 def _parent(tmp_path, **env):
-    e = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), **env)
+    e = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), **env)
     proc = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, env=e, text=True)
     pids = [int(p) for p in proc.stdout.readline().split()]
     assert len(pids) == 2 and all(alive(p) for p in pids)
@@ -220,7 +220,7 @@ def _children(pid: int) -> list[int]:
 
 def test_workers_die_with_the_parent_in_the_middle_of_a_compile(tmp_path):
     """A CUB compile takes seconds: the workers must not finish it once their parent is gone."""
-    env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.Popen([sys.executable, "-c", BUSY_PARENT.format(bench=str(ROOT))], env=env)
     deadline = time.monotonic() + 60
     while len(_children(proc.pid)) < 2 and time.monotonic() < deadline:
@@ -302,7 +302,7 @@ COLD = textwrap.dedent('''
 
 
 def test_a_cold_compile_opens_the_cache_beside_nvrtc_and_no_remote_tier(tmp_path):
-    env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, KJIT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     env.pop("KJIT_REMOTE_CACHE", None)
     out = subprocess.run([sys.executable, "-c", COLD], env=env, capture_output=True, text=True)
     assert out.stdout.split() == ["False", "True"], out.stderr

@@ -354,7 +354,7 @@ def test_fresh_process_hit_reads_no_header_and_no_pathfinder(tmp_path):
     """)
     for which in ("first", "second"):
         res = subprocess.run([sys.executable, "-c", script, which], capture_output=True,
-                             text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+                             text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))), timeout=120)
         assert res.returncode == 0 and "OK" in res.stdout, res.stderr
 
 
@@ -373,7 +373,7 @@ def test_fresh_process_sees_in_place_rewrite_with_mtime_restored(tmp_path):
 
     def run():
         res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                             env=dict(os.environ, PYTHONPATH=str(REPO), PYTHONHASHSEED="0"),
+                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), PYTHONHASHSEED="0"),
                              timeout=120)
         assert res.returncode == 0, res.stderr
         return res.stdout.split()

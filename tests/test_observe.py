@@ -53,7 +53,7 @@ def test_include_macro_is_cached_across_processes(tmp_path):
     """)
 
     def run():
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
         out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                              text=True, check=True)
         assert "CacheWarning" not in out.stderr
@@ -173,7 +173,7 @@ def test_without_the_observer_compiles_are_keyed_by_scanning(tmp_path, monkeypat
     inc = tmp_path / "inc"
     edit_and_check('#include "a.h"\n' + KERNEL, inc / "a.h", include_dirs=[str(inc)])
     out = subprocess.run([sys.executable, "-m", "kjit", "info"], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(REPO), KJIT_OBSERVE="0"))
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), KJIT_OBSERVE="0"))
     assert "header keys     scanned" in out.stdout
 
 
@@ -193,7 +193,7 @@ def test_when_the_library_cannot_be_hooked_the_scanner_keys_it(tmp_path, monkeyp
 
 def test_info_says_compiles_are_observed():
     out = subprocess.run([sys.executable, "-m", "kjit", "info"], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))))
     assert "header keys     observed" in out.stdout
 
 

@@ -36,7 +36,7 @@ print(json.dumps({"hit": obj.cache_hit, "events": events, "redis": "redis" in sy
 
 
 def run_node(cache_dir: Path, source: str, **env: str) -> dict:
-    full = dict(os.environ, KJIT_CACHE_DIR=str(cache_dir), PYTHONPATH=str(REPO), **env)
+    full = dict(os.environ, KJIT_CACHE_DIR=str(cache_dir), PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **env)
     for name, value in env.items():
         if value is None:
             full.pop(name)

@@ -73,7 +73,7 @@ except RuntimeError as exc:
 
 
 def _start(cache_dir: Path, log: Path, sleep: float, fail: bool = False) -> subprocess.Popen:
-    env = dict(os.environ, KJIT_CACHE_DIR=str(cache_dir), PYTHONPATH=str(REPO))
+    env = dict(os.environ, KJIT_CACHE_DIR=str(cache_dir), PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     return subprocess.Popen([sys.executable, "-c", NODE, str(log), str(sleep), "fail" if fail else "ok"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
