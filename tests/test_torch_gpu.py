@@ -300,9 +300,65 @@ def test_wrong_tensors_are_refused_naming_the_parameter(route, ops):
             run(torch.randn(N, 2, device="cuda")[:, 0])
         with pytest.raises(ArgumentError, match=r"'x'.*torch\.float64.*float32.*x\.to\(torch\.float32\)"):
             run(x.double())
+        with pytest.raises(ArgumentError, match=r"'x'.*torch\.sparse_coo.*to_dense\(\)"):
+            run(x.to_sparse())
     if route == "launch":
         with pytest.raises(ArgumentError, match=r"'x'.*requires grad.*detach\(\).*as_torch_op"):
             run(torch.randn(N, device="cuda", requires_grad=True))
+
+
+def test_tensors_are_read_through_pytorchs_c_shim():
+    """torch.Tensor and Parameter are packed through PyTorch's C shim once it has agreed with
+    PyTorch's Python answers, and the current stream is read through it too: every address a
+    launch takes is the tensor's own (views past their storage's start, storage swapped in
+    place, every learned element type), and a launch on a torch stream lands there."""
+    import ctypes
+    import struct
+
+    from kjit.runtime import torch_shim
+    from kjit.runtime.libcuda import c_function
+    from kjit.runtime.memory import DeviceArray
+
+    @kjit.kernel
+    def add_to():
+        return r'''
+        extern "C" __global__ void add_to(double* y, const float* x, const int* k, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) y[i] += x[i] * k[i];
+        }'''
+
+    n = 1000
+    y = torch.zeros(n + 7, dtype=torch.float64, device="cuda")
+    base = torch.arange(n + 3, dtype=torch.float32, device="cuda")
+    k = torch.full((n,), 2, dtype=torch.int32, device="cuda")
+    add_to[kjit.cdiv(n, 256), 256](y[7:], base[3:], k, n)   # learnt here, on the Python path
+    assert torch_shim.install(base) is True
+    assert torch_shim._stream_reader(torch_shim._library(), 0) != 0
+    view, buf = base[3:], ctypes.create_string_buffer(8)
+    torch.Tensor.data_ptr = lambda self: 0x1234   # what the accessors would answer now
+    try:
+        r = c_function("pack")(struct.pack("<ii", 20, 0), (("<f4", 0),), (view,),
+                               ctypes.addressof(buf), DeviceArray)
+    finally:
+        del torch.Tensor.data_ptr
+    assert (r, struct.unpack("<Q", buf.raw)[0]) == (0, view.data_ptr())
+    want = torch.zeros(n + 7, dtype=torch.float64, device="cuda")
+    want[7:] += base[3:].double() * 2
+    p = torch.nn.Parameter(torch.ones(n, device="cuda"), requires_grad=False)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):   # the C packer, through the shim
+            add_to[kjit.cdiv(n, 256), 256](y[7:], base[3:], k, n)
+            want[7:] += base[3:].double() * 2
+        add_to[kjit.cdiv(n, 256), 256](y[7:], p, k, n)
+        want[7:] += 2
+        base.set_(torch.arange(n, dtype=torch.float32, device="cuda") * 3)   # swapped in place
+        add_to[kjit.cdiv(n, 256), 256](y[7:], base, k, n)
+        want[7:] += base.double() * 2
+    torch.cuda.current_stream().wait_stream(s)
+    torch.testing.assert_close(y, want)
+    assert torch.all(y[:7] == 0)
 
 
 def test_a_tensor_on_another_device_is_refused():

@@ -93,6 +93,8 @@ def test_operator_refuses_cpu_and_mistyped_tensors_naming_the_parameter():
     with pytest.raises(ArgumentError, match=r"parameter 1 'x' \(const float\*\): got a tensor on cpu.*"
                                             r"x\.to\('cuda:0'\)"):
         op(2.0, torch.ones(8), torch.ones(8), 8)
+    with pytest.raises(ArgumentError, match=r"parameter 1 'x' \(const float\*\): got a tensor on cpu"):
+        op(2.0, torch.ones(8).to_sparse(), torch.ones(8), 8)   # PyTorch's SparseCPU backend
     meta = torch.ones(8, device="meta")
     with pytest.raises(ArgumentError, match=r"'x'.*holds torch\.float64.*reads float32.*"
                                             r"x\.to\(torch\.float32\)"):

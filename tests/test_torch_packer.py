@@ -92,3 +92,78 @@ def test_the_python_path_names_the_parameter_for_what_c_declined():
             (meta.requires_grad_(), r"'x'.*requires grad.*x\.detach\(\).*as_torch_op")]:
         with pytest.raises(ArgumentError, match=pattern):
             tensor_pointer(slot, value, 0, check_only=True)
+
+
+SHIM_SCRIPT = r'''
+import ctypes, struct, sys, torch
+from kjit.runtime import torch_shim
+from kjit.runtime.libcuda import c_function
+from kjit.runtime.memory import DeviceArray
+
+lib = torch_shim._library()
+assert lib is not None, "this PyTorch has no aoti_torch_* shim"
+sample = torch.ones(4)
+host = torch_shim._ask(lib, "get_device_type", sample, ctypes.c_int32)
+strided = torch_shim._ask(lib, "get_layout", sample, ctypes.c_int32)
+addrs = [ctypes.cast(getattr(lib, "aoti_torch_" + n), ctypes.c_void_p).value
+         for n in torch_shim._READERS]
+# the host's device type stands in for CUDA's: the packer's checks are the same C calls
+c_function("register_torch_shim")(*addrs, 0, host, strided)
+register, pack = c_function("register_foreign"), c_function("pack")
+code = lambda dtype: torch_shim._ask(lib, "get_dtype", torch.ones(1, dtype=dtype), ctypes.c_int32)
+for cls in (torch.Tensor, torch.nn.Parameter):
+    register(cls, 1, torch.float32, "<f4", code(torch.float32))
+    register(cls, 1, torch.float64, "<f8", code(torch.float64))
+
+def packed(value, token=("<f4", -1)):
+    buf = ctypes.create_string_buffer(8)
+    r = pack(struct.pack("<ii", 20, 0), (token,), (value,), ctypes.addressof(buf), DeviceArray)
+    return r, struct.unpack("<Q", buf.raw)[0]
+
+t = torch.ones(16)
+assert packed(t) == (0, t.data_ptr())
+view = t[3:]   # a dense view: its own address, past the storage's start
+assert packed(view) == (0, view.data_ptr()) and view.data_ptr() != t.data_ptr()
+t.set_(torch.zeros(32))   # storage swapped in place: the new address, never a cached one
+assert packed(t) == (0, t.data_ptr())
+p = torch.nn.Parameter(torch.ones(4), requires_grad=False)
+assert packed(p) == (0, p.data_ptr())
+d = torch.ones(4, dtype=torch.float64)
+assert packed(d, ("<f8", -1)) == (0, d.data_ptr())
+for why, value, token in [
+        ("another element type", d, ("<f4", -1)),
+        ("an element type never learned", torch.ones(4, dtype=torch.int16), ("<i2", -1)),
+        ("a strided view", torch.ones(4, 2)[:, 0], ("<f4", -1)),
+        ("requires grad", torch.ones(4, requires_grad=True), ("<f4", -1)),
+        ("a parameter that requires grad", torch.nn.Parameter(torch.ones(4)), ("<f4", -1)),
+        ("another device", torch.ones(4), ("<f4", 0)),
+        ("sparse", torch.ones(4).to_sparse(), ("<f4", -1)),
+        ("meta", torch.ones(4, device="meta"), ("<f4", -1))]:
+    assert packed(value, token)[0] == 1, why
+print("ok")
+'''
+
+
+def test_torch_tensors_are_read_through_pytorchs_c_shim():
+    """The shim path (torch.Tensor and Parameter once kjit/runtime/torch_shim.py has checked
+    the shim on a CUDA tensor) on host tensors, with the host's device type registered as the
+    device type to accept: the same addresses as PyTorch's accessors, and every tensor a kernel
+    must not get declined, for the Python path to name."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-c", SHIM_SCRIPT], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_the_shim_is_not_taken_for_a_host_tensor():
+    from kjit.runtime import torch_shim
+    lib = torch_shim._library()
+    if lib is None:
+        pytest.skip("this PyTorch has no aoti_torch_* shim")
+    assert torch_shim._agrees(lib, torch.ones(4)) is None   # its device type is the host's

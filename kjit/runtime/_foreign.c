@@ -1,4 +1,6 @@
 #include "_foreign.h"
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 /* PyTorch tensors and CuPy arrays in C. kjit's Python path learns each foreign array type
@@ -6,25 +8,27 @@
  * that type is written here when its element type and device match the parameter's token and
  * it is C-contiguous. Anything else, and every error, goes to the Python path.
  *
- * An array is read through its type's own C accessors: when a type is learned, each attribute
- * the packer reads (torch: dtype, requires_grad, is_contiguous(), get_device() or is_cuda,
- * data_ptr())
- * is looked up on the type once, and where it is a C getter or C method (torch._C.TensorBase's)
- * the packer calls that directly instead of looking the name up on every launch. The type's
- * version tag, which CPython changes whenever the type or a base is modified, guards the
- * cache: a patched method is looked up again. Types with their own __getattribute__ or
- * __getattr__, and accessors written in Python, are read through the ordinary attribute API.
+ * A torch.Tensor or Parameter is read through PyTorch's C shim (torch_by_shim, below), a plain
+ * C call per question. Other arrays are read through their type's own C accessors (torch:
+ * dtype, requires_grad, is_contiguous(), get_device() or is_cuda, data_ptr()): when a type is
+ * learned, each one is looked up on the type once, and where it is a C getter or C method
+ * (torch._C.TensorBase's) the packer calls that directly instead of looking the name up on
+ * every launch. The type's version tag, which CPython changes whenever the type or a base is
+ * modified, guards the cache: a patched method is looked up again. Types with their own
+ * __getattribute__ or __getattr__, and accessors written in Python, are read through the
+ * ordinary attribute API.
  *
  * A launch given no stream runs on the current stream of the framework whose arrays it
- * receives: the Python path registers each framework's getter (register_stream) when it
- * learns its array type, and kjit_framework_stream asks it here, with no Python frame. */
+ * receives: PyTorch's shim where it has one, else the getter the Python path registers for
+ * each framework (register_stream) when it learns its array type, asked here with no Python
+ * frame. */
 
 enum { A_DTYPE, A_REQUIRES_GRAD, A_IS_CONTIGUOUS, A_GET_DEVICE, A_IS_CUDA, A_DATA_PTR,   /* torch */
-       A_C_CONTIGUOUS, A_DATA, N_ACCESSORS };                                             /* cupy */
+       A_CDATA, A_C_CONTIGUOUS, A_DATA, N_ACCESSORS };                                    /* cupy */
 static const char* const accessor_names[N_ACCESSORS] = {
-    "dtype", "requires_grad", "is_contiguous", "get_device", "is_cuda", "data_ptr", "_c_contiguous",
-    "data"};
-static const int accessor_is_call[N_ACCESSORS] = {0, 0, 1, 1, 0, 1, 0, 0};
+    "dtype", "requires_grad", "is_contiguous", "get_device", "is_cuda", "data_ptr", "_cdata",
+    "_c_contiguous", "data"};
+static const int accessor_is_call[N_ACCESSORS] = {0, 0, 1, 1, 0, 1, 0, 0, 0};
 /* With one CUDA device in the process, a tensor on CUDA is on device 0: the `is_cuda` getter
  * answers that for a fraction of get_device()'s argument parsing. */
 static int (*device_count)(int*) = NULL;   /* libcuda's cuDeviceGetCount, from _launch.c's bind */
@@ -44,6 +48,7 @@ static PyObject* accessor_strs[N_ACCESSORS];
 typedef struct {
     PyTypeObject* type;
     int kind;
+    int by_shim;                          /* torch.Tensor and Parameter: read through PyTorch's C shim */
     unsigned int version;                 /* tp_version_tag the accessors were read at; 0: none */
     PyObject* accessors[N_ACCESSORS];     /* C descriptors, NULL: through the attribute API */
 } ForeignType;
@@ -53,6 +58,28 @@ static struct { PyObject* dtype; PyObject* typestr; } dtypes[MAX_DTYPES];   /* -
 static int n_dtypes = 0;
 
 static PyObject* stream_getters[3] = {NULL, NULL, NULL};   /* by kind: torch(device), cupy() */
+
+/* PyTorch's C shim: the plain C functions AOTInductor's compiled code reads tensors and the
+ * current stream with (torch/csrc/inductor/aoti_torch/c/shim.h). A handle is an at::Tensor*,
+ * and an at::Tensor is one pointer to its TensorImpl, which the `_cdata` getter gives: the
+ * packer points a handle at a copy of that pointer, taking no reference (the tensor object
+ * holds one throughout the launch). kjit/runtime/torch_shim.py finds the functions and checks
+ * their answers against PyTorch's Python ones for a live tensor before handing them here; the
+ * device type and layout codes come from that tensor too. Tensor subclasses keep the
+ * accessors, which honour __torch_function__. */
+typedef int32_t (*shim_ptr_fn)(void*, void**);
+typedef int32_t (*shim_i32_fn)(void*, int32_t*);
+typedef int32_t (*shim_bool_fn)(void*, bool*);
+typedef int32_t (*shim_stream_fn)(int32_t, void**);
+static struct {
+    shim_ptr_fn data_ptr;
+    shim_i32_fn dtype, device_type, device_index, layout;
+    shim_bool_fn is_contiguous;
+    shim_stream_fn stream;   /* NULL: the registered Python getter */
+    int32_t cuda, strided;
+} shim;
+#define MAX_CODES 64
+static PyObject* code_typestr[MAX_CODES];   /* torch ScalarType code -> kjit typestr */
 static PyObject *s_device_id, *s_ptr, *empty_tuple;
 
 /* Look each accessor up on the type, keeping the C ones, and note the version they hold at. */
@@ -112,11 +139,49 @@ static PyObject* read_accessor(ForeignType* ft, int i, PyObject* v) {
                                : PyObject_GetAttr(v, accessor_strs[i]);
 }
 
+/* register_torch_shim(data_ptr, dtype, device_type, device_index, layout, is_contiguous,
+ * stream, cuda, strided): the shim functions' addresses (stream 0: none), and the device type
+ * and layout codes of a CUDA tensor */
+PyObject* kjit_register_torch_shim(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
+    void* f[7];
+    long codes[2];
+    if (nargs != 9) goto usage;
+    for (int i = 0; i < 9; i++)
+        if (!PyLong_Check(a[i])) goto usage;
+    for (int i = 0; i < 7; i++) {
+        f[i] = PyLong_AsVoidPtr(a[i]);
+        if ((!f[i] && i < 6) || PyErr_Occurred()) goto usage;
+    }
+    codes[0] = PyLong_AsLong(a[7]);
+    codes[1] = PyLong_AsLong(a[8]);
+    if (PyErr_Occurred()) goto usage;
+    shim.data_ptr = (shim_ptr_fn)f[0];
+    shim.dtype = (shim_i32_fn)f[1];
+    shim.device_type = (shim_i32_fn)f[2];
+    shim.device_index = (shim_i32_fn)f[3];
+    shim.layout = (shim_i32_fn)f[4];
+    shim.stream = (shim_stream_fn)f[6];
+    shim.cuda = (int32_t)codes[0];
+    shim.strided = (int32_t)codes[1];
+    shim.is_contiguous = (shim_bool_fn)f[5];   /* last: its being set means all are */
+    Py_RETURN_NONE;
+usage:
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "register_torch_shim(six function addresses, stream "
+                        "address or 0, cuda code, strided code)");
+    return NULL;
+}
+
+/* register_foreign(type, kind, dtype, typestr[, code]): `code`, a torch.Tensor's or
+ * Parameter's ScalarType code for `dtype`, puts the type on the shim */
 PyObject* kjit_register_foreign(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyType_Check(a[0]) || !PyLong_Check(a[1]) || !PyUnicode_Check(a[3])) {
-        PyErr_SetString(PyExc_TypeError, "register_foreign(type, kind, dtype, typestr)");
+    if ((nargs != 4 && nargs != 5) || !PyType_Check(a[0]) || !PyLong_Check(a[1]) ||
+            !PyUnicode_Check(a[3]) || (nargs == 5 && !PyLong_Check(a[4]))) {
+        PyErr_SetString(PyExc_TypeError, "register_foreign(type, kind, dtype, typestr[, code])");
         return NULL;
     }
+    long code = nargs == 5 ? PyLong_AsLong(a[4]) : -1;
+    if (code >= MAX_CODES) code = -1;   /* an element type this table has no room for */
     long kind = PyLong_AsLong(a[1]);
     if (kind != FOREIGN_TORCH && kind != FOREIGN_CUPY) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "register_foreign: kind is 1 (torch) or 2 (cupy)");
@@ -130,6 +195,11 @@ PyObject* kjit_register_foreign(PyObject* self, PyObject* const* a, Py_ssize_t n
         ft->kind = (int)kind;
         resolve_accessors(ft);
         n_types++;
+    }
+    ForeignType* ft = foreign_type(t);
+    if (ft && code >= 0 && kind == FOREIGN_TORCH && shim.is_contiguous) {
+        ft->by_shim = 1;
+        if (!code_typestr[code]) code_typestr[code] = Py_NewRef(a[3]);
     }
     int known = 0;
     for (int i = 0; i < n_dtypes; i++) known |= dtypes[i].dtype == a[2];
@@ -155,6 +225,11 @@ PyObject* kjit_register_stream(PyObject* self, PyObject* const* a, Py_ssize_t na
 }
 
 static int stream_of(int kind, PyObject* device, void** out) {
+    if (kind == FOREIGN_TORCH && shim.stream) {
+        long index = PyLong_AsLong(device);
+        if (index == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        return shim.stream((int32_t)index, out) == 0;
+    }
     PyObject* fn = Py_XNewRef(stream_getters[kind]);   /* held: the call may register another */
     if (!fn) return 0;
     PyObject* r = kind == FOREIGN_TORCH ? PyObject_CallOneArg(fn, device) : PyObject_CallNoArgs(fn);
@@ -196,12 +271,48 @@ static int as_long(PyObject* r, long long* out) {
     return ok;
 }
 
+/* a tensor read through the shim: 1 when it is a dense CUDA tensor on `want_device` holding
+ * `want` (and not requiring grad unless `grad_ok`), its address in *addr; 0 declines. The
+ * address is asked last: a tensor without dense storage (sparse, meta) answers it with an
+ * error. */
+static int torch_by_shim(ForeignType* ft, PyObject* v, PyObject* want, long long want_device,
+                         int grad_ok, unsigned long long* addr) {
+    PyObject* r = read_accessor(ft, A_CDATA, v);
+    void* impl = r && PyLong_Check(r) ? PyLong_AsVoidPtr(r) : NULL;
+    Py_XDECREF(r);
+    if (!impl) { PyErr_Clear(); return 0; }
+    void* h = &impl;   /* an at::Tensor* */
+    int32_t type, index, layout, code;
+    bool dense = false;
+    void* data = NULL;
+    if (shim.device_type(h, &type) || type != shim.cuda || shim.device_index(h, &index) ||
+            index != want_device || shim.layout(h, &layout) || layout != shim.strided ||
+            shim.dtype(h, &code) || code < 0 || code >= MAX_CODES || !code_typestr[code])
+        return 0;
+    if (code_typestr[code] != want && PyUnicode_Compare(code_typestr[code], want) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    long long grad = 1;
+    if (shim.is_contiguous(h, &dense) || !dense) return 0;
+    if (!grad_ok && (!as_long(read_accessor(ft, A_REQUIRES_GRAD, v), &grad) || grad)) return 0;
+    if (shim.data_ptr(h, &data)) return 0;
+    *addr = (unsigned long long)(uintptr_t)data;
+    return 1;
+}
+
 /* 0: declined; else the array's framework kind (FOREIGN_TORCH, FOREIGN_CUPY), its address in
  * *addr. A tensor that requires grad is declined unless `grad_ok` (a PyTorch operator's
  * implementation, which runs below autograd). */
 int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, int grad_ok) {
     ForeignType* ft = foreign_type(Py_TYPE(v));
     if (!ft || !PyTuple_Check(token) || PyTuple_GET_SIZE(token) != 2) return 0;
+    if (ft->by_shim) {
+        long long want_device = PyLong_AsLongLong(PyTuple_GET_ITEM(token, 1));
+        if (want_device == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        return torch_by_shim(ft, v, PyTuple_GET_ITEM(token, 0), want_device, grad_ok, addr)
+                   ? FOREIGN_TORCH : 0;
+    }
     PyObject* dtype = read_accessor(ft, A_DTYPE, v);
     if (!dtype) { PyErr_Clear(); return 0; }
     PyObject* typestr = NULL;   /* borrowed */

@@ -110,6 +110,10 @@ def tensor_pointer(slot: ParamSlot, t: Any, device: int, grad_ok: bool = False,
     if typestr is None:
         raise ArgumentError(f"{slot.describe()}: kjit has no element type for {t.dtype}; pass "
                             "kjit.ptr(x.data_ptr()) to a pointer of the matching C type")
+    if t.layout != sys.modules["torch"].strided:
+        raise ArgumentError(
+            f"{slot.describe()}: the tensor is {t.layout}, but the kernel reads a dense array; "
+            "pass x.to_dense() (and x.contiguous() if it is a view)")
     if not t.is_contiguous():
         raise ArgumentError(
             f"{slot.describe()}: the tensor is not C-contiguous (a strided view, shape "
@@ -153,11 +157,16 @@ def learn_foreign(value: Any, typestr: str) -> None:
             return
     except TypeError:   # an unhashable dtype: stay on this path
         return
-    from .stream import FRAMEWORKS, stream_getter
+    from .stream import FRAMEWORKS, TORCH, stream_getter
     kind = FRAMEWORKS.get(cls.__module__.partition(".")[0])
     register = libcuda.c_function("register_foreign") if kind else None
     if register is not None:
-        register(cls, kind, dtype, typestr)
+        code = -1
+        torch = sys.modules.get("torch")
+        if kind == TORCH and cls in (torch.Tensor, torch.nn.Parameter):   # subclasses keep
+            from . import torch_shim                                      # __torch_function__
+            code = torch_shim.dtype_code(value)
+        register(cls, kind, dtype, typestr, code)
         getter = stream_getter(kind)
         if kind not in _streams_registered and getter is not None:
             libcuda.c_function("register_stream")(kind, getter)

@@ -213,15 +213,22 @@ def as_torch_op(target: Any, name: str, *, grid: Any, block: Any, shared_mem: in
     for what, src in (("impl", _impl_source(params, callable(grid))), ("fake", _fake_source(params))):
         exec(compile(src, f"<kjit operator {name} {what}>", "exec"), names)
     lib.impl(opname, names["impl"], "CUDA")
-    lib.impl(opname, _cpu_error(params, name), "CPU")
+    refuse = _refusal(params, name)
+    for key in _REFUSED_KEYS:
+        lib.impl(opname, refuse, key)
     torch.library.register_fake(name, names["fake"], lib=lib)
     _defined[name] = (sig, names)
     return getattr(getattr(torch.ops, ns), opname).default
 
 
-def _cpu_error(params: list[OpParam], name: str) -> Callable:
-    def cpu(*args: Any) -> None:
-        check_tensors(params, args, 0)   # names the first CPU tensor and what to do
-        raise ArgumentError(f"operator {name} runs a GPU kernel; its tensors must be on a "
-                            "CUDA device")
-    return cpu
+# the backends a tensor a kernel cannot read dispatches to: kjit's checks say why, naming the
+# parameter, where PyTorch would only say that the operator has no kernel for the backend
+_REFUSED_KEYS = ("CPU", "SparseCPU", "SparseCUDA", "SparseCsrCPU", "SparseCsrCUDA")
+
+
+def _refusal(params: list[OpParam], name: str) -> Callable:
+    def refuse(*args: Any) -> None:
+        check_tensors(params, args, 0)   # names the first such tensor and what to do
+        raise ArgumentError(f"operator {name} runs a GPU kernel; its tensors must be dense "
+                            "and on a CUDA device")
+    return refuse
