@@ -334,6 +334,7 @@ def test_tensors_are_read_through_pytorchs_c_shim():
     add_to[kjit.cdiv(n, 256), 256](y[7:], base[3:], k, n)   # learnt here, on the Python path
     assert torch_shim.install(base) is True
     assert torch_shim._stream_reader(torch_shim._library(), 0) != 0
+    assert torch_shim._tensor_offset(base, torch.empty(4)) != 0   # no `_cdata` call per tensor
     view, buf = base[3:], ctypes.create_string_buffer(8)
     torch.Tensor.data_ptr = lambda self: 0x1234   # what the accessors would answer now
     try:

@@ -108,7 +108,9 @@ strided = torch_shim._ask(lib, "get_layout", sample, ctypes.c_int32)
 addrs = [ctypes.cast(getattr(lib, "aoti_torch_" + n), ctypes.c_void_p).value
          for n in torch_shim._READERS]
 # the host's device type stands in for CUDA's: the packer's checks are the same C calls
-c_function("register_torch_shim")(*addrs, 0, host, strided)
+offset = torch_shim._tensor_offset(sample, torch.empty(4)) if sys.argv[1] == "observed" else 0
+assert offset or sys.argv[1] == "_cdata", "the tensor object's layout was not observed"
+c_function("register_torch_shim")(*addrs, 0, host, strided, offset)
 register, pack = c_function("register_foreign"), c_function("pack")
 code = lambda dtype: torch_shim._ask(lib, "get_dtype", torch.ones(1, dtype=dtype), ctypes.c_int32)
 for cls in (torch.Tensor, torch.nn.Parameter):
@@ -144,11 +146,13 @@ print("ok")
 '''
 
 
-def test_torch_tensors_are_read_through_pytorchs_c_shim():
+@pytest.mark.parametrize("handle", ["observed", "_cdata"])
+def test_torch_tensors_are_read_through_pytorchs_c_shim(handle):
     """The shim path (torch.Tensor and Parameter once kjit/runtime/torch_shim.py has checked
     the shim on a CUDA tensor) on host tensors, with the host's device type registered as the
     device type to accept: the same addresses as PyTorch's accessors, and every tensor a kernel
-    must not get declined, for the Python path to name."""
+    must not get declined, for the Python path to name. The at::Tensor handle is found both
+    ways: in the tensor object where its place was observed, and through `_cdata`."""
     import os
     import subprocess
     import sys
@@ -156,7 +160,7 @@ def test_torch_tensors_are_read_through_pytorchs_c_shim():
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    r = subprocess.run([sys.executable, "-c", SHIM_SCRIPT], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", SHIM_SCRIPT, handle], capture_output=True, text=True,
                        env=env, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 

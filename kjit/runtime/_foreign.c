@@ -61,12 +61,14 @@ static PyObject* stream_getters[3] = {NULL, NULL, NULL};   /* by kind: torch(dev
 
 /* PyTorch's C shim: the plain C functions AOTInductor's compiled code reads tensors and the
  * current stream with (torch/csrc/inductor/aoti_torch/c/shim.h). A handle is an at::Tensor*,
- * and an at::Tensor is one pointer to its TensorImpl, which the `_cdata` getter gives: the
- * packer points a handle at a copy of that pointer, taking no reference (the tensor object
- * holds one throughout the launch). kjit/runtime/torch_shim.py finds the functions and checks
- * their answers against PyTorch's Python ones for a live tensor before handing them here; the
- * device type and layout codes come from that tensor too. Tensor subclasses keep the
- * accessors, which honour __torch_function__. */
+ * and an at::Tensor is one pointer to its TensorImpl. The tensor object holds its at::Tensor
+ * at `offset` (PyTorch's THPVariable puts it right after the object header); where that was
+ * not observed, the `_cdata` getter gives the TensorImpl and the handle points at a copy of
+ * it, taking no reference (the tensor object holds one throughout the launch).
+ * kjit/runtime/torch_shim.py finds the functions and checks their answers, and the offset,
+ * against PyTorch's Python ones for live tensors before handing them here; the device type
+ * and layout codes come from a CUDA tensor too. Tensor subclasses keep the accessors, which
+ * honour __torch_function__. */
 typedef int32_t (*shim_ptr_fn)(void*, void**);
 typedef int32_t (*shim_i32_fn)(void*, int32_t*);
 typedef int32_t (*shim_bool_fn)(void*, bool*);
@@ -77,6 +79,7 @@ static struct {
     shim_bool_fn is_contiguous;
     shim_stream_fn stream;   /* NULL: the registered Python getter */
     int32_t cuda, strided;
+    Py_ssize_t offset;       /* of the at::Tensor in a tensor object; 0: ask `_cdata` */
 } shim;
 #define MAX_CODES 64
 static PyObject* code_typestr[MAX_CODES];   /* torch ScalarType code -> kjit typestr */
@@ -140,14 +143,18 @@ static PyObject* read_accessor(ForeignType* ft, int i, PyObject* v) {
 }
 
 /* register_torch_shim(data_ptr, dtype, device_type, device_index, layout, is_contiguous,
- * stream, cuda, strided): the shim functions' addresses (stream 0: none), and the device type
- * and layout codes of a CUDA tensor */
+ * stream, cuda, strided, offset): the shim functions' addresses (stream 0: none), the device
+ * type and layout codes of a CUDA tensor, and where a tensor object holds its at::Tensor (0:
+ * not known) */
 PyObject* kjit_register_torch_shim(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
     void* f[7];
     long codes[2];
-    if (nargs != 9) goto usage;
-    for (int i = 0; i < 9; i++)
+    Py_ssize_t offset;
+    if (nargs != 10) goto usage;
+    for (int i = 0; i < 10; i++)
         if (!PyLong_Check(a[i])) goto usage;
+    offset = PyLong_AsSsize_t(a[9]);
+    if (offset != 0 && offset < (Py_ssize_t)sizeof(PyObject)) goto usage;
     for (int i = 0; i < 7; i++) {
         f[i] = PyLong_AsVoidPtr(a[i]);
         if ((!f[i] && i < 6) || PyErr_Occurred()) goto usage;
@@ -163,12 +170,13 @@ PyObject* kjit_register_torch_shim(PyObject* self, PyObject* const* a, Py_ssize_
     shim.stream = (shim_stream_fn)f[6];
     shim.cuda = (int32_t)codes[0];
     shim.strided = (int32_t)codes[1];
+    shim.offset = offset;
     shim.is_contiguous = (shim_bool_fn)f[5];   /* last: its being set means all are */
     Py_RETURN_NONE;
 usage:
     if (!PyErr_Occurred())
         PyErr_SetString(PyExc_TypeError, "register_torch_shim(six function addresses, stream "
-                        "address or 0, cuda code, strided code)");
+                        "address or 0, cuda code, strided code, tensor offset or 0)");
     return NULL;
 }
 
@@ -277,11 +285,15 @@ static int as_long(PyObject* r, long long* out) {
  * error. */
 static int torch_by_shim(ForeignType* ft, PyObject* v, PyObject* want, long long want_device,
                          int grad_ok, unsigned long long* addr) {
-    PyObject* r = read_accessor(ft, A_CDATA, v);
-    void* impl = r && PyLong_Check(r) ? PyLong_AsVoidPtr(r) : NULL;
-    Py_XDECREF(r);
-    if (!impl) { PyErr_Clear(); return 0; }
-    void* h = &impl;   /* an at::Tensor* */
+    void* impl = NULL;
+    void* h = (char*)v + shim.offset;   /* an at::Tensor* */
+    if (!shim.offset) {
+        PyObject* r = read_accessor(ft, A_CDATA, v);
+        impl = r && PyLong_Check(r) ? PyLong_AsVoidPtr(r) : NULL;
+        Py_XDECREF(r);
+        if (!impl) { PyErr_Clear(); return 0; }
+        h = &impl;
+    }
     int32_t type, index, layout, code;
     bool dense = false;
     void* data = NULL;

@@ -79,6 +79,18 @@ def _stream_reader(lib: Any, device: int) -> int:
     return ctypes.cast(fn, ctypes.c_void_p).value or 0
 
 
+def _tensor_offset(t: Any, host: Any) -> int:
+    """Where a tensor object holds its at::Tensor, when that is right after the object header
+    (PyTorch's THPVariable) in every sample, else 0 (the packer then asks `_cdata`)."""
+    torch = sys.modules["torch"]
+    offset = object.__basicsize__
+    samples = (t, host, torch.nn.Parameter(host, requires_grad=False))
+    if all(type(x).__basicsize__ >= offset + ctypes.sizeof(ctypes.c_void_p) and
+           ctypes.c_void_p.from_address(id(x) + offset).value == x._cdata for x in samples):
+        return offset
+    return 0
+
+
 def install(t: Any) -> bool:
     """Hand the shim to the C packer, checked with `t`: a CUDA tensor that passed every check
     of pointers.tensor_pointer. True when tensors are read through it."""
@@ -89,7 +101,8 @@ def install(t: Any) -> bool:
         if codes is not None:
             addrs = [ctypes.cast(getattr(lib, "aoti_torch_" + n), ctypes.c_void_p).value
                      for n in _READERS]
-            register(*addrs, _stream_reader(lib, t.get_device()), *codes)
+            offset = _tensor_offset(t, sys.modules["torch"].empty(4))
+            register(*addrs, _stream_reader(lib, t.get_device()), *codes, offset)
         _state["installed"] = codes is not None
     return _state["installed"]
 
