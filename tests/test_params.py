@@ -272,3 +272,35 @@ def test_a_refused_argument_drops_the_copies_already_made(pack, monkeypatch):
     pending = []
     fill((In(np.ones(4, np.float32)), (1.0, 2), 3), pending)
     assert len(pending) == 1 and struct.unpack_from("<Q", buf, 0)[0] == 0x7000
+
+
+def test_bfloat16_and_float8_pointers_take_their_type_or_its_bits():
+    """numpy has no bfloat16 or float8: a kernel's pointer to one takes arrays of that type
+    (PyTorch's) or of unsigned ints of its size holding its bits, in C as in Python, and
+    refuses any other element type, naming the parameter."""
+    from kjit.runtime.libcuda import c_function
+    from kjit.runtime.memory import DeviceArray
+    assert parse_type("const __nv_bfloat16*").typestr == "bfloat16"
+    assert parse_type("__nv_fp8_e5m2*").typestr == "float8_e5m2"
+    assert parse_type("__nv_bfloat16**").typestr is None
+    pk = packer_for(r'extern "C" __global__ void k(const __nv_bfloat16* x, __nv_fp8_e4m3* y) {}', "k")
+    # describe device memory (allocate nothing, never dereferenced)
+    bits16, bits8 = (DeviceArray(4, t, ptr=p, device=0) for t, p in ((np.uint16, 4096), (np.uint8, 8192)))
+    halves = DeviceArray(4, np.float16, ptr=4096, device=0)
+    assert pk.convert_all((bits16, bits8), []) == [4096, 8192]
+    for pack in _packers():
+        buf = ctypes.create_string_buffer(pk.size)
+        pk.filler(buf, pack)((bits16, bits8), [])
+        assert struct.unpack("<QQ", buf.raw[:16]) == (4096, 8192)
+    pack = c_function("pack")
+    if pack is not None:   # written by the C packer itself, not left to Python
+        spec, tokens = pk.c_spec()
+        buf = ctypes.create_string_buffer(pk.size)
+        assert pack(spec, tokens, (bits16, bits8), ctypes.addressof(buf), DeviceArray) == 0
+        assert struct.unpack("<QQ", buf.raw[:16]) == (4096, 8192)
+        assert pack(spec, tokens, (halves, bits8), ctypes.addressof(buf), DeviceArray) == 1
+    with pytest.raises(ArgumentError, match=r"'x'.*holds float16 but the kernel reads bfloat16; "
+                                            r"pass a torch\.bfloat16 tensor, or its bits as uint16"):
+        pk.convert_all((halves, bits8), [])
+    with pytest.raises(ArgumentError, match=r"'y'.*holds int8 but the kernel reads float8_e4m3fn"):
+        pk.convert_all((bits16, DeviceArray(4, np.int8, ptr=4096, device=0)), [])

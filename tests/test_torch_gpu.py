@@ -362,6 +362,49 @@ def test_tensors_are_read_through_pytorchs_c_shim():
     assert torch.all(y[:7] == 0)
 
 
+@kjit.kernel
+def bf16_axpb():
+    return r'''
+    #include <cuda_bf16.h>
+    #include <cuda_fp8.h>
+    extern "C" __global__ void bf16_axpb(const __nv_bfloat16* x, __nv_bfloat16* out,
+                                         __nv_fp8_e4m3* q, float a, float b, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) {
+            float v = __bfloat162float(x[i]) * a + b;
+            out[i] = __float2bfloat16(v);
+            q[i] = __nv_fp8_e4m3(v);
+        }
+    }'''
+
+
+def test_bfloat16_and_float8_tensors_launch_on_their_cuda_types():
+    """torch.bfloat16 and torch.float8_e4m3fn tensors go to __nv_bfloat16* and
+    __nv_fp8_e4m3* parameters, packed in C after the first launch; another element type is
+    refused naming the parameter."""
+    import ctypes
+    import struct
+
+    from kjit.runtime.libcuda import c_function
+    from kjit.runtime.memory import DeviceArray
+    n = 4096
+    x = torch.randn(n, device="cuda").bfloat16()
+    out = torch.empty_like(x)
+    q = torch.empty(n, device="cuda", dtype=torch.float8_e4m3fn)
+    for _ in range(3):   # learnt by the first, packed in C after
+        bf16_axpb[kjit.cdiv(n, 256), 256](x, out, q, 1.5, -0.25, n)
+    want = x.float() * 1.5 - 0.25
+    torch.testing.assert_close(out.float(), want.bfloat16().float(), rtol=2 ** -7, atol=1e-6)
+    torch.testing.assert_close(q.float(), want.to(torch.float8_e4m3fn).float(), rtol=0.13, atol=2 ** -9)
+    buf = ctypes.create_string_buffer(8)
+    assert c_function("pack")(struct.pack("<ii", 21, 0), ((("bfloat16", 0), ("<u2", 0)),), (x,),
+                              ctypes.addressof(buf), DeviceArray) == 0
+    assert struct.unpack("<Q", buf.raw)[0] == x.data_ptr()
+    with pytest.raises(ArgumentError, match=r"'x'.*torch\.float16 but the kernel reads bfloat16.*"
+                                            r"x\.to\(torch\.bfloat16\)"):
+        bf16_axpb[kjit.cdiv(n, 256), 256](x.half(), out, q, 1.5, -0.25, n)
+
+
 def test_a_tensor_on_another_device_is_refused():
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs; this machine has one")

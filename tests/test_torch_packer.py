@@ -94,6 +94,27 @@ def test_the_python_path_names_the_parameter_for_what_c_declined():
             tensor_pointer(slot, value, 0, check_only=True)
 
 
+def test_bfloat16_and_float8_tensors_meet_their_cuda_types():
+    from kjit.runtime.cdecl import parse_signatures
+    from kjit.runtime.pointers import tensor_pointer
+    from kjit.runtime.slots import ParamSlot
+    sig = parse_signatures('extern "C" __global__ void k(const __nv_bfloat16* x, '
+                           '__nv_fp8_e4m3* y, void* z) {}')["k"]
+    x, y, z = (ParamSlot(i, p.name, 0, 8, p.ctype) for i, p in enumerate(sig.params))
+    meta = torch.ones(4, device="meta")
+    for slot, value in [(x, meta.bfloat16()), (x, meta.to(torch.uint16)),   # its bits
+                        (y, meta.to(torch.float8_e4m3fn)), (z, meta.bfloat16())]:
+        assert tensor_pointer(slot, value, 0, check_only=True) == 0
+    for slot, value, pattern in [
+            (x, meta.half(), r"'x'.*holds torch\.float16 but the kernel reads bfloat16; "
+                             r"convert it: x\.to\(torch\.bfloat16\)"),
+            (y, meta.to(torch.float8_e5m2), r"'y'.*holds torch\.float8_e5m2.*reads float8_e4m3fn"),
+            (y, meta.to(torch.float8_e4m3fnuz), r"'y'.*holds torch\.float8_e4m3fnuz.*reads float8_e4m3fn"),
+            (z, meta.to(torch.float8_e4m3fnuz), r"'z'.*no element type for torch\.float8_e4m3fnuz")]:
+        with pytest.raises(ArgumentError, match=pattern):
+            tensor_pointer(slot, value, 0, check_only=True)
+
+
 SHIM_SCRIPT = r'''
 import ctypes, struct, sys, torch
 from kjit.runtime import torch_shim
@@ -132,6 +153,13 @@ p = torch.nn.Parameter(torch.ones(4), requires_grad=False)
 assert packed(p) == (0, p.data_ptr())
 d = torch.ones(4, dtype=torch.float64)
 assert packed(d, ("<f8", -1)) == (0, d.data_ptr())
+for cls in (torch.Tensor, torch.nn.Parameter):
+    register(cls, 1, torch.bfloat16, "bfloat16", code(torch.bfloat16))
+b = torch.ones(4, dtype=torch.bfloat16)
+buf = ctypes.create_string_buffer(8)   # a __nv_bfloat16* slot: its token and its bits'
+assert pack(struct.pack("<ii", 21, 0), ((("bfloat16", -1), ("<u2", -1)),), (b,),
+            ctypes.addressof(buf), DeviceArray) == 0
+assert struct.unpack("<Q", buf.raw)[0] == b.data_ptr()
 for why, value, token in [
         ("another element type", d, ("<f4", -1)),
         ("an element type never learned", torch.ones(4, dtype=torch.int16), ("<i2", -1)),

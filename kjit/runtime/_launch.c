@@ -105,7 +105,7 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
 
 /* Kinds of the pack spec (kjit/runtime/params.py, Packer.c_spec, keeps the same numbers). */
 enum { K_PYTHON = 0, K_I8 = 1, K_U8, K_I16, K_U16, K_I32, K_U32, K_I64, K_U64,
-       K_F32 = 10, K_F64 = 11, K_ARRAY = 20 };
+       K_F32 = 10, K_F64 = 11, K_ARRAY = 20, K_ARRAY_BITS = 21 };   /* 21: token (type, bits) */
 
 static PyObject* s_launch_key = NULL;
 static PyObject* s_ptr = NULL;
@@ -160,14 +160,22 @@ static Py_ssize_t pack_args(const char* spec, Py_ssize_t n, PyObject* tokens,
                     if (!isinf(f) || isinf(d)) { memcpy(dst, &f, 4); ok = 1; }  /* overflow: Python says so */
                 }
             }
-        } else if (kind == K_ARRAY && Py_TYPE(v) != array_type) {
+        } else if (kind != K_ARRAY && (kind != K_ARRAY_BITS ||
+                   !PyTuple_Check(PyTuple_GET_ITEM(tokens, i)) ||
+                   PyTuple_GET_SIZE(PyTuple_GET_ITEM(tokens, i)) != 2)) {
+            ;   /* an unknown kind or token: the Python path */
+        } else if (Py_TYPE(v) != array_type) {
             unsigned long long addr;
-            int kind = kjit_foreign_array(v, PyTuple_GET_ITEM(tokens, i), &addr, grad_ok);
+            PyObject* token = PyTuple_GET_ITEM(tokens, i);
+            if (kind == K_ARRAY_BITS) token = PyTuple_GET_ITEM(token, 0);
+            int kind = kjit_foreign_array(v, token, &addr, grad_ok);
             if (kind) { memcpy(dst, &addr, 8); *seen |= 1 << kind; ok = 1; }
-        } else if (kind == K_ARRAY) {
+        } else {   /* a kjit array: its interned launch key is the token (or the bits' token) */
+            PyObject* token = PyTuple_GET_ITEM(tokens, i);
             PyObject* key = PyObject_GetAttr(v, s_launch_key);
             if (!key) return -2;
-            int same = key == PyTuple_GET_ITEM(tokens, i);
+            int same = kind == K_ARRAY ? key == token
+                                       : key == PyTuple_GET_ITEM(token, 0) || key == PyTuple_GET_ITEM(token, 1);
             Py_DECREF(key);
             if (same) {
                 PyObject* p = PyObject_GetAttr(v, s_ptr);

@@ -69,6 +69,10 @@ for _base, (_dt, _kind) in _VECTOR_BASE.items():
                                             _fields, count=_lanes)
 
 POINTER_SIZE = 8
+# pointees numpy has no dtype for (dtypes.EXTRA): CUDA's and HIP's names for them
+POINTEES = {"__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16", "__hip_bfloat16": "bfloat16",
+            "hip_bfloat16": "bfloat16", "__nv_fp8_e4m3": "float8_e4m3fn",
+            "__nv_fp8_e5m2": "float8_e5m2", "__nv_fp8_e8m0": "float8_e8m0fnu"}
 
 _QUALIFIERS = re.compile(r"\b(__restrict__|__restrict|restrict|volatile|__grid_constant__|"
                          r"struct|class|typename)\b")
@@ -85,7 +89,8 @@ def parse_type(text: str, structs: dict[str, CType] | None = None) -> CType | No
     if stars:
         pointee = SCALARS.get(base) or VECTORS.get(base) or (structs or {}).get(base)
         # float4*: an array of float32 lanes; T**: an array of device addresses, whatever T is
-        typestr = pointee.typestr if pointee is not None and stars == 1 else None
+        typestr = None if stars != 1 else pointee.typestr if pointee is not None else \
+            POINTEES.get(base)
         return CType(text.strip(), POINTER_SIZE, POINTER_SIZE, "pointer", typestr, const=const)
     return SCALARS.get(base) or VECTORS.get(base) or (structs or {}).get(base)
 

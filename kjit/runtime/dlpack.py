@@ -14,6 +14,7 @@ from . import dtypes
 
 kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged = 1, 2, 3, 13   # pointers.py keeps the same numbers
 _CODES = {"i": 0, "u": 1, "f": 2, "b": 6, "c": 5}
+_BFLOAT = 4   # kDLBfloat: kjit's "bfloat16" (dtypes.EXTRA), which numpy has no code letter for
 _DEVICE_NAMES = {1: "CPU", 3: "pinned host", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI",
                  10: "ROCm", 11: "ROCm host", 12: "extension device", 14: "oneAPI", 15: "WebGPU",
                  16: "Hexagon"}
@@ -97,10 +98,12 @@ def describe(obj: Any) -> tuple[int, str, int, tuple[int, ...], tuple[int, ...] 
     managed = DLManagedTensor.from_address(_api.PyCapsule_GetPointer(capsule, b"dltensor"))
     t = managed.dl_tensor
     kind = {v: k for k, v in _CODES.items()}.get(t.dtype.code)
-    if kind is None or t.dtype.lanes != 1:
+    bfloat16 = t.dtype.code == _BFLOAT and t.dtype.bits == 16
+    if (kind is None and not bfloat16) or t.dtype.lanes != 1:
         raise ArgumentError(f"unsupported DLPack dtype code={t.dtype.code} lanes={t.dtype.lanes}")
     itemsize = t.dtype.bits // 8
-    typestr, _, _ = dtypes.resolve(f"{kind}{itemsize}" if kind != "b" else "bool")
+    typestr = "bfloat16" if bfloat16 else \
+        dtypes.resolve(f"{kind}{itemsize}" if kind != "b" else "bool")[0]
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = (tuple(t.strides[i] * itemsize for i in range(t.ndim))
                if t.strides else None)

@@ -15,6 +15,11 @@ _COMMON = {"float16": ("<f2", 2), "float32": ("<f4", 4), "float64": ("<f8", 8),
            "uint8": ("|u1", 1), "uint16": ("<u2", 2), "uint32": ("<u4", 4), "uint64": ("<u8", 8),
            "bool": ("|b1", 1), "complex64": ("<c8", 8), "complex128": ("<c16", 16)}
 NAMES = {ts: name for name, (ts, _) in _COMMON.items()}
+# Element types numpy has no dtype for, by the names PyTorch and ml_dtypes give them: kjit's
+# typestr for each is its name, and an array of unsigned ints of its size may carry its bits.
+EXTRA = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e8m0fnu": 1}
+BITS = {name: "<u2" if size == 2 else "|u1" for name, size in EXTRA.items()}
+NAMES.update({name: name for name in EXTRA})
 _BY_STRING = dict(_COMMON)
 for _name, (_ts, _size) in _COMMON.items():
     _BY_STRING[_ts] = _BY_STRING[_ts.lstrip("<|=")] = (_ts, _size)
@@ -50,6 +55,12 @@ def resolve(dtype: Any) -> tuple[str, int, Any]:
 def name(typestr: str) -> str:
     """'float32' for '<f4': for messages."""
     return NAMES.get(typestr) or str(numpy().dtype(typestr))
+
+
+def accepts(want: str, typestr: str) -> bool:
+    """Whether an array of `typestr` may be passed where a kernel reads `want`: the same
+    element type, or the bits of one numpy lacks (bfloat16 as uint16)."""
+    return typestr == want or BITS.get(want) == typestr
 
 
 def is_numpy(value: Any, *kinds: str) -> bool:

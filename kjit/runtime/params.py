@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from ..errors import ArgumentError
 from .aggregates import aggregate, raw_bytes
+from . import dtypes
 from .dtypes import is_numpy
 from .memory import DeviceArray, _HostTransfer, launch_key
 from .pointers import pointer, ptr
@@ -81,6 +82,9 @@ class Packer:
         """(the C packer's kind for this slot, the token a matching array carries)."""
         c = slot.ctype
         if c is not None and c.kind == "pointer" and c.typestr is not None:
+            bits = dtypes.BITS.get(c.typestr)
+            if bits is not None:   # kjit arrays of its bits are written too
+                return 21, (launch_key(c.typestr, self.device), launch_key(bits, self.device))
             return 20, launch_key(c.typestr, self.device)
         return (self._C_KINDS.get((c.kind, c.size), 0) if c is not None else 0), None
 
@@ -90,7 +94,8 @@ class Packer:
 
     def c_spec(self) -> tuple[bytes, tuple]:
         """(spec, tokens) for the C packer: bytes of (int32 kind, int32 offset) per parameter,
-        and per parameter the token of the arrays it takes. Kind 0 marks the slots only Python
+        and per parameter the token of the arrays it takes (kind 21, a pointer to bfloat16 or
+        a float8: the pair of its own token and its bits'). Kind 0 marks the slots only Python
         converts (structs, vectors, bools, halves, pointers of unknown type): `python_slots`.
         Made once per Packer: every launch configuration's launcher shares it."""
         return self._c_spec
@@ -188,7 +193,8 @@ class Packer:
         for s in self.slots:
             c = s.ctype
             if c is not None and c.kind == "pointer" and c.typestr is not None:
-                typed.append((s.index, launch_key(c.typestr, device), s))
+                bits = dtypes.BITS.get(c.typestr, c.typestr)   # bfloat16: its bits as uint16
+                typed.append((s.index, launch_key(c.typestr, device), launch_key(bits, device), s))
             elif c is not None and c.kind == "float":
                 floats.append((s.index, s))
             elif c is None or c.kind not in ("int", "uint"):
@@ -200,9 +206,10 @@ class Packer:
                 raise self.count_error(len(args))
             values = list(args)
             try:
-                for i, key, s in typed_:
+                for i, key, bits, s in typed_:
                     a = values[i]
-                    values[i] = a.ptr if type(a) is DeviceArray and a.launch_key is key else \
+                    values[i] = a.ptr if type(a) is DeviceArray and (a.launch_key is key or
+                                                                     a.launch_key is bits) else \
                         convert(s, a, device, pending)
                 for i, s in floats_:
                     if type(values[i]) is not float:

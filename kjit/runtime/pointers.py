@@ -76,10 +76,11 @@ def pointer(slot: ParamSlot, value: Any, device: int, pending: list) -> int:
 
 
 def torch_typestr(dtype: Any) -> str | None:
-    """kjit's typestr of a torch.dtype, None for those kjit has no element type for (bfloat16...)."""
-    hit = dtypes._COMMON.get(   # torch's dtype names are numpy's: kjit's table of them
-        str(dtype).rpartition(".")[2])
-    return hit[0] if hit else None
+    """kjit's typestr of a torch.dtype, None for those kjit has no element type for (the fnuz
+    float8s...)."""
+    name = str(dtype).rpartition(".")[2]   # torch's dtype names are numpy's and ml_dtypes'
+    hit = dtypes._COMMON.get(name)
+    return hit[0] if hit else name if name in dtypes.EXTRA else None
 
 
 def tensor_pointer(slot: ParamSlot, t: Any, device: int, grad_ok: bool = False,
@@ -102,7 +103,7 @@ def tensor_pointer(slot: ParamSlot, t: Any, device: int, grad_ok: bool = False,
             f"with its device current: with torch.cuda.device({where.index}): ...")
     want = slot.ctype.typestr if slot.ctype.kind == "pointer" else None
     typestr = torch_typestr(t.dtype)
-    if want is not None and typestr != want:
+    if want is not None and not dtypes.accepts(want, typestr):
         name = dtypes.name(want)
         raise ArgumentError(
             f"{slot.describe()}: the tensor holds {t.dtype} but the kernel reads {name}; "
@@ -232,10 +233,12 @@ def address_of(value: Any) -> int | None:
 def check_array(slot: ParamSlot, typestr: str, contiguous: bool, arr_device: int | None,
                 device: int) -> None:
     want = slot.ctype.typestr if slot.ctype.kind == "pointer" else None  # word64: pointee unknown
-    if want is not None and typestr != want:
+    if want is not None and not dtypes.accepts(want, typestr):
+        how = (f"pass a torch.{want} tensor, or its bits as {dtypes.name(dtypes.BITS[want])}"
+               if want in dtypes.BITS else f"convert it (e.g. x.astype(np.{dtypes.name(want)}))")
         raise ArgumentError(
             f"{slot.describe()}: the array holds {dtypes.name(typestr)} but the kernel reads "
-            f"{dtypes.name(want)}; convert it (e.g. x.astype(np.{dtypes.name(want)}))")
+            f"{dtypes.name(want)}; {how}")
     if not contiguous:
         raise ArgumentError(
             f"{slot.describe()}: the array is not C-contiguous (a strided view); the kernel "
