@@ -221,7 +221,7 @@ def test_any_reply_to_get_is_a_value_or_a_tier_error(fake_server, reply):
             got = bounded(lambda: tier.get(KEY, 0), 1 << 16)
         except (remote.TierError, entry.CorruptEntry):
             got = None
-        assert time.monotonic() - t0 < 0.1 * 3 + 0.5
+        assert time.monotonic() - t0 < 0.1 * 3 + 2.0   # bounded, not hung: slack for a loaded runner
         assert got is None or (isinstance(got, bytes) and len(got) <= 1024 + 64)
     finally:
         tier.close()
