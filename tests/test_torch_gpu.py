@@ -405,6 +405,43 @@ def test_bfloat16_and_float8_tensors_launch_on_their_cuda_types():
         bf16_axpb[kjit.cdiv(n, 256), 256](x.half(), out, q, 1.5, -0.25, n)
 
 
+def test_tensors_a_kernel_cannot_read_are_refused_after_learning_too():
+    """Tensors with no readable memory, or whose memory holds something else than their values,
+    are refused naming the parameter, also once the C packer knows their type and dtype."""
+    n = 1024
+    x = torch.zeros(n + 8, device="cuda")
+    for _ in range(2):   # learnt by the first launch; the C packer then declines the rest
+        add_one[kjit.cdiv(n, 256), 256](x[8:], n)
+    gone = torch.zeros(n + 8, device="cuda")[8:]
+    gone.untyped_storage().resize_(0)   # as FSDP frees a parameter's memory
+    with pytest.raises(ArgumentError, match=r"'x'.*elements do not lie in its storage.*0 bytes"):
+        add_one[kjit.cdiv(n, 256), 256](gone, n)
+    nested = torch.nested.nested_tensor([torch.ones(3), torch.ones(5)], device="cuda")
+    with pytest.raises(ArgumentError, match=r"'x'.*nested.*to_padded_tensor"):
+        add_one[1, 256](nested, 8)
+    with pytest.raises(ArgumentError, match=r"'x'.*no memory a kernel can read.*torch\.func"):
+        torch.func.functionalize(lambda t: add_one[kjit.cdiv(n, 256), 256](t, n))(x[8:])
+
+    @kjit.kernel
+    def conj_copy():
+        return r'''
+        extern "C" __global__ void conj_copy(const void* src, float2* dst, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) dst[i] = ((const float2*)src)[i];
+        }'''
+
+    z = torch.randn(n, dtype=torch.complex64, device="cuda")
+    out = torch.empty_like(z)
+    for _ in range(2):
+        conj_copy[kjit.cdiv(n, 256), 256](z, out, n)
+        with pytest.raises(ArgumentError, match=r"'src'.*lazy conjugate view.*resolve_conj"):
+            conj_copy[kjit.cdiv(n, 256), 256](z.conj(), out, n)
+    conj_copy[kjit.cdiv(n, 256), 256](z.conj().resolve_conj(), out, n)
+    torch.testing.assert_close(out, z.conj())
+    torch.cuda.synchronize()
+    assert torch.all(x[8:] == 2) and torch.all(x[:8] == 0)
+
+
 def test_a_tensor_on_another_device_is_refused():
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs; this machine has one")

@@ -126,17 +126,18 @@ assert lib is not None, "this PyTorch has no aoti_torch_* shim"
 sample = torch.ones(4)
 host = torch_shim._ask(lib, "get_device_type", sample, ctypes.c_int32)
 strided = torch_shim._ask(lib, "get_layout", sample, ctypes.c_int32)
-addrs = [ctypes.cast(getattr(lib, "aoti_torch_" + n), ctypes.c_void_p).value
-         for n in torch_shim._READERS]
+addrs = tuple(ctypes.cast(getattr(lib, "aoti_torch_" + n), ctypes.c_void_p).value
+              for n in torch_shim._READERS)
 # the host's device type stands in for CUDA's: the packer's checks are the same C calls
 offset = torch_shim._tensor_offset(sample, torch.empty(4)) if sys.argv[1] == "observed" else 0
 assert offset or sys.argv[1] == "_cdata", "the tensor object's layout was not observed"
-c_function("register_torch_shim")(*addrs, 0, host, strided, offset)
+c_function("register_torch_shim")(addrs, 0, host, strided, offset)
 register, pack = c_function("register_foreign"), c_function("pack")
 code = lambda dtype: torch_shim._ask(lib, "get_dtype", torch.ones(1, dtype=dtype), ctypes.c_int32)
 for cls in (torch.Tensor, torch.nn.Parameter):
-    register(cls, 1, torch.float32, "<f4", code(torch.float32))
-    register(cls, 1, torch.float64, "<f8", code(torch.float64))
+    for dtype, typestr, size in ((torch.float32, "<f4", 4), (torch.float64, "<f8", 8),
+                                 (torch.bfloat16, "bfloat16", 2), (torch.uint16, "<u2", 2)):
+        register(cls, 1, dtype, typestr, code(dtype), size)
 
 def packed(value, token=("<f4", -1)):
     buf = ctypes.create_string_buffer(8)
@@ -149,17 +150,26 @@ view = t[3:]   # a dense view: its own address, past the storage's start
 assert packed(view) == (0, view.data_ptr()) and view.data_ptr() != t.data_ptr()
 t.set_(torch.zeros(32))   # storage swapped in place: the new address, never a cached one
 assert packed(t) == (0, t.data_ptr())
+torch.Tensor.data_ptr = lambda self: 0x1234   # what the accessors would answer now
+try:
+    assert packed(t) == (0, torch._C.TensorBase.data_ptr(t))
+finally:
+    del torch.Tensor.data_ptr
 p = torch.nn.Parameter(torch.ones(4), requires_grad=False)
 assert packed(p) == (0, p.data_ptr())
 d = torch.ones(4, dtype=torch.float64)
 assert packed(d, ("<f8", -1)) == (0, d.data_ptr())
-for cls in (torch.Tensor, torch.nn.Parameter):
-    register(cls, 1, torch.bfloat16, "bfloat16", code(torch.bfloat16))
-b = torch.ones(4, dtype=torch.bfloat16)
-buf = ctypes.create_string_buffer(8)   # a __nv_bfloat16* slot: its token and its bits'
-assert pack(struct.pack("<ii", 21, 0), ((("bfloat16", -1), ("<u2", -1)),), (b,),
-            ctypes.addressof(buf), DeviceArray) == 0
-assert struct.unpack("<Q", buf.raw)[0] == b.data_ptr()
+def packed_bf16(value):   # a __nv_bfloat16* slot: its token and its bits'
+    buf = ctypes.create_string_buffer(8)
+    r = pack(struct.pack("<ii", 21, 0), ((("bfloat16", -1), ("<u2", -1)),), (value,),
+             ctypes.addressof(buf), DeviceArray)
+    return r, struct.unpack("<Q", buf.raw)[0]
+
+for value in (torch.ones(4, dtype=torch.bfloat16), torch.ones(4, dtype=torch.uint16)):
+    assert packed_bf16(value) == (0, value.data_ptr())
+assert packed_bf16(torch.ones(4, dtype=torch.float16))[0] == 1
+gone = torch.ones(8)[2:]
+gone.untyped_storage().resize_(0)   # its elements no longer lie in its storage
 for why, value, token in [
         ("another element type", d, ("<f4", -1)),
         ("an element type never learned", torch.ones(4, dtype=torch.int16), ("<i2", -1)),
@@ -168,8 +178,13 @@ for why, value, token in [
         ("a parameter that requires grad", torch.nn.Parameter(torch.ones(4)), ("<f4", -1)),
         ("another device", torch.ones(4), ("<f4", 0)),
         ("sparse", torch.ones(4).to_sparse(), ("<f4", -1)),
-        ("meta", torch.ones(4, device="meta"), ("<f4", -1))]:
+        ("meta", torch.ones(4, device="meta"), ("<f4", -1)),
+        ("nested", torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), ("<f4", -1)),
+        ("a storage resized to nothing", gone, ("<f4", -1))]:
     assert packed(value, token)[0] == 1, why
+got = []   # a functionalized view: its address is its offset from a storage with no memory
+torch.func.functionalize(lambda t: got.append(packed(t[2:])[0]))(torch.ones(8))
+assert got == [1], got
 print("ok")
 '''
 
@@ -199,3 +214,44 @@ def test_the_shim_is_not_taken_for_a_host_tensor():
     if lib is None:
         pytest.skip("this PyTorch has no aoti_torch_* shim")
     assert torch_shim._agrees(lib, torch.ones(4)) is None   # its device type is the host's
+
+
+def test_lazy_views_and_bits_are_named_before_a_launch():
+    from kjit.runtime.cdecl import parse_signatures
+    from kjit.runtime.pointers import tensor_pointer
+    from kjit.runtime.slots import ParamSlot
+    sig = parse_signatures('extern "C" __global__ void k(const float* x, unsigned short* u, '
+                           'void* z) {}')["k"]
+    x, u, z = (ParamSlot(i, p.name, 0, 8, p.ctype) for i, p in enumerate(sig.params))
+    meta = torch.ones(4, device="meta")
+    for slot, value, pattern in [
+            (z, torch.ones(4, dtype=torch.complex64, device="meta").conj(),
+             r"'z'.*lazy conjugate view.*x\.resolve_conj\(\)"),
+            (x, torch._neg_view(meta), r"'x'.*lazy negative view.*x\.resolve_neg\(\)"),
+            (u, meta.bfloat16(), r"'u'.*holds torch\.bfloat16 but the kernel reads uint16; "
+                                 r"pass its bits: x\.view\(torch\.uint16\)")]:
+        with pytest.raises(ArgumentError, match=pattern):
+            tensor_pointer(slot, value, 0, check_only=True)
+
+
+def test_arrays_whose_interface_raises_are_named_not_crashed_on():
+    """PyTorch raises from __cuda_array_interface__ for bfloat16 and float8 tensors: a scalar
+    parameter given one says what it got, and the tuner's buffers take tensors directly."""
+    from kjit.runtime.cdecl import parse_signatures
+    from kjit.runtime.params import convert
+    from kjit.runtime.slots import ParamSlot
+    from kjit.tune.timing import device_buffer
+
+    class Refuses:
+        @property
+        def __cuda_array_interface__(self):
+            raise KeyError(torch.float8_e4m3fn)
+
+    n = parse_signatures('extern "C" __global__ void k(int n) {}')["k"].params[0]
+    slot = ParamSlot(0, "n", 0, 4, n.ctype)
+    with pytest.raises(ArgumentError, match=r"'n'.*expected an integer, got Refuses"):
+        convert(slot, Refuses(), 0, [])
+    with pytest.raises(ArgumentError, match=r"'n'.*expected an integer.*kernels take no pointers here"):
+        convert(slot, torch.ones(4).to(torch.float8_e4m3fn), 0, [])
+    t = torch.ones(4, dtype=torch.bfloat16)
+    assert device_buffer("t", t) == (t.data_ptr(), 8)

@@ -24,11 +24,11 @@
  * frame. */
 
 enum { A_DTYPE, A_REQUIRES_GRAD, A_IS_CONTIGUOUS, A_GET_DEVICE, A_IS_CUDA, A_DATA_PTR,   /* torch */
-       A_CDATA, A_C_CONTIGUOUS, A_DATA, N_ACCESSORS };                                    /* cupy */
+       A_CDATA, A_IS_NESTED, A_C_CONTIGUOUS, A_DATA, N_ACCESSORS };                       /* cupy */
 static const char* const accessor_names[N_ACCESSORS] = {
     "dtype", "requires_grad", "is_contiguous", "get_device", "is_cuda", "data_ptr", "_cdata",
-    "_c_contiguous", "data"};
-static const int accessor_is_call[N_ACCESSORS] = {0, 0, 1, 1, 0, 1, 0, 0, 0};
+    "is_nested", "_c_contiguous", "data"};
+static const int accessor_is_call[N_ACCESSORS] = {0, 0, 1, 1, 0, 1, 0, 0, 0, 0};
 /* With one CUDA device in the process, a tensor on CUDA is on device 0: the `is_cuda` getter
  * answers that for a fraction of get_device()'s argument parsing. */
 static int (*device_count)(int*) = NULL;   /* libcuda's cuDeviceGetCount, from _launch.c's bind */
@@ -71,18 +71,23 @@ static PyObject* stream_getters[3] = {NULL, NULL, NULL};   /* by kind: torch(dev
  * honour __torch_function__. */
 typedef int32_t (*shim_ptr_fn)(void*, void**);
 typedef int32_t (*shim_i32_fn)(void*, int32_t*);
+typedef int32_t (*shim_i64_fn)(void*, int64_t*);
 typedef int32_t (*shim_bool_fn)(void*, bool*);
 typedef int32_t (*shim_stream_fn)(int32_t, void**);
+/* the readers, in torch_shim._READERS's order */
+enum { S_DATA_PTR, S_DTYPE, S_DEVICE_TYPE, S_DEVICE_INDEX, S_LAYOUT, S_IS_CONTIGUOUS, S_NUMEL,
+       S_STORAGE_SIZE, S_STORAGE_OFFSET, N_READERS };
 static struct {
-    shim_ptr_fn data_ptr;
-    shim_i32_fn dtype, device_type, device_index, layout;
-    shim_bool_fn is_contiguous;
+    void* fn[N_READERS];
     shim_stream_fn stream;   /* NULL: the registered Python getter */
     int32_t cuda, strided;
     Py_ssize_t offset;       /* of the at::Tensor in a tensor object; 0: ask `_cdata` */
+    int ready;
 } shim;
+#define ASK(i, type, h, out) (((type)shim.fn[i])((h), (out)) == 0)
 #define MAX_CODES 64
 static PyObject* code_typestr[MAX_CODES];   /* torch ScalarType code -> kjit typestr */
+static int64_t code_itemsize[MAX_CODES];
 static PyObject *s_device_id, *s_ptr, *empty_tuple;
 
 /* Look each accessor up on the type, keeping the C ones, and note the version they hold at. */
@@ -142,54 +147,49 @@ static PyObject* read_accessor(ForeignType* ft, int i, PyObject* v) {
                                : PyObject_GetAttr(v, accessor_strs[i]);
 }
 
-/* register_torch_shim(data_ptr, dtype, device_type, device_index, layout, is_contiguous,
- * stream, cuda, strided, offset): the shim functions' addresses (stream 0: none), the device
- * type and layout codes of a CUDA tensor, and where a tensor object holds its at::Tensor (0:
- * not known) */
+/* register_torch_shim(readers, stream, cuda, strided, offset): the readers' addresses (a
+ * tuple, N_READERS long), the current-stream reader's (0: none), the device type and layout
+ * codes of a CUDA tensor, and where a tensor object holds its at::Tensor (0: not known) */
 PyObject* kjit_register_torch_shim(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
-    void* f[7];
-    long codes[2];
-    Py_ssize_t offset;
-    if (nargs != 10) goto usage;
-    for (int i = 0; i < 10; i++)
-        if (!PyLong_Check(a[i])) goto usage;
-    offset = PyLong_AsSsize_t(a[9]);
-    if (offset != 0 && offset < (Py_ssize_t)sizeof(PyObject)) goto usage;
-    for (int i = 0; i < 7; i++) {
-        f[i] = PyLong_AsVoidPtr(a[i]);
-        if ((!f[i] && i < 6) || PyErr_Occurred()) goto usage;
+    void* fn[N_READERS];
+    if (nargs != 5 || !PyTuple_Check(a[0]) || PyTuple_GET_SIZE(a[0]) != N_READERS) goto usage;
+    for (int i = 0; i < N_READERS; i++) {
+        fn[i] = PyLong_Check(PyTuple_GET_ITEM(a[0], i)) ? PyLong_AsVoidPtr(PyTuple_GET_ITEM(a[0], i)) : NULL;
+        if (!fn[i]) goto usage;
     }
-    codes[0] = PyLong_AsLong(a[7]);
-    codes[1] = PyLong_AsLong(a[8]);
-    if (PyErr_Occurred()) goto usage;
-    shim.data_ptr = (shim_ptr_fn)f[0];
-    shim.dtype = (shim_i32_fn)f[1];
-    shim.device_type = (shim_i32_fn)f[2];
-    shim.device_index = (shim_i32_fn)f[3];
-    shim.layout = (shim_i32_fn)f[4];
-    shim.stream = (shim_stream_fn)f[6];
-    shim.cuda = (int32_t)codes[0];
-    shim.strided = (int32_t)codes[1];
+    void* stream = PyLong_Check(a[1]) ? PyLong_AsVoidPtr(a[1]) : NULL;
+    long cuda = PyLong_AsLong(a[2]), strided = PyLong_AsLong(a[3]);
+    Py_ssize_t offset = PyLong_AsSsize_t(a[4]);
+    if (PyErr_Occurred() || !PyLong_Check(a[1]) ||
+            (offset != 0 && (offset < (Py_ssize_t)sizeof(PyObject) || offset > 4096)))
+        goto usage;
+    shim.ready = 0;
+    memcpy(shim.fn, fn, sizeof fn);
+    shim.stream = (shim_stream_fn)stream;
+    shim.cuda = (int32_t)cuda;
+    shim.strided = (int32_t)strided;
     shim.offset = offset;
-    shim.is_contiguous = (shim_bool_fn)f[5];   /* last: its being set means all are */
+    shim.ready = 1;
     Py_RETURN_NONE;
 usage:
     if (!PyErr_Occurred())
-        PyErr_SetString(PyExc_TypeError, "register_torch_shim(six function addresses, stream "
-                        "address or 0, cuda code, strided code, tensor offset or 0)");
+        PyErr_Format(PyExc_TypeError, "register_torch_shim(%d reader addresses, stream reader "
+                     "address or 0, cuda code, strided code, tensor offset or 0)", N_READERS);
     return NULL;
 }
 
-/* register_foreign(type, kind, dtype, typestr[, code]): `code`, a torch.Tensor's or
- * Parameter's ScalarType code for `dtype`, puts the type on the shim */
+/* register_foreign(type, kind, dtype, typestr[, code, itemsize]): `code`, a torch.Tensor's
+ * or Parameter's ScalarType code for `dtype` (of `itemsize` bytes), puts the type on the shim */
 PyObject* kjit_register_foreign(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
-    if ((nargs != 4 && nargs != 5) || !PyType_Check(a[0]) || !PyLong_Check(a[1]) ||
-            !PyUnicode_Check(a[3]) || (nargs == 5 && !PyLong_Check(a[4]))) {
-        PyErr_SetString(PyExc_TypeError, "register_foreign(type, kind, dtype, typestr[, code])");
+    if ((nargs != 4 && nargs != 6) || !PyType_Check(a[0]) || !PyLong_Check(a[1]) ||
+            !PyUnicode_Check(a[3]) || (nargs == 6 && (!PyLong_Check(a[4]) || !PyLong_Check(a[5])))) {
+        PyErr_SetString(PyExc_TypeError, "register_foreign(type, kind, dtype, typestr[, code, itemsize])");
         return NULL;
     }
-    long code = nargs == 5 ? PyLong_AsLong(a[4]) : -1;
-    if (code >= MAX_CODES) code = -1;   /* an element type this table has no room for */
+    long code = nargs == 6 ? PyLong_AsLong(a[4]) : -1;
+    long itemsize = nargs == 6 ? PyLong_AsLong(a[5]) : 0;
+    if (PyErr_Occurred()) return NULL;
+    if (code >= MAX_CODES || itemsize < 1) code = -1;   /* one this table has no room for */
     long kind = PyLong_AsLong(a[1]);
     if (kind != FOREIGN_TORCH && kind != FOREIGN_CUPY) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "register_foreign: kind is 1 (torch) or 2 (cupy)");
@@ -205,9 +205,12 @@ PyObject* kjit_register_foreign(PyObject* self, PyObject* const* a, Py_ssize_t n
         n_types++;
     }
     ForeignType* ft = foreign_type(t);
-    if (ft && code >= 0 && kind == FOREIGN_TORCH && shim.is_contiguous) {
+    if (ft && code >= 0 && kind == FOREIGN_TORCH && shim.ready) {
         ft->by_shim = 1;
-        if (!code_typestr[code]) code_typestr[code] = Py_NewRef(a[3]);
+        if (!code_typestr[code]) {
+            code_itemsize[code] = itemsize;
+            code_typestr[code] = Py_NewRef(a[3]);
+        }
     }
     int known = 0;
     for (int i = 0; i < n_dtypes; i++) known |= dtypes[i].dtype == a[2];
@@ -233,7 +236,7 @@ PyObject* kjit_register_stream(PyObject* self, PyObject* const* a, Py_ssize_t na
 }
 
 static int stream_of(int kind, PyObject* device, void** out) {
-    if (kind == FOREIGN_TORCH && shim.stream) {
+    if (kind == FOREIGN_TORCH && shim.ready && shim.stream) {
         long index = PyLong_AsLong(device);
         if (index == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
         return shim.stream((int32_t)index, out) == 0;
@@ -280,9 +283,11 @@ static int as_long(PyObject* r, long long* out) {
 }
 
 /* a tensor read through the shim: 1 when it is a dense CUDA tensor on `want_device` holding
- * `want` (and not requiring grad unless `grad_ok`), its address in *addr; 0 declines. The
- * address is asked last: a tensor without dense storage (sparse, meta) answers it with an
- * error. */
+ * `want` (and not requiring grad unless `grad_ok`), its address in *addr; 0 declines. Its
+ * elements must lie in its storage, and the storage have memory: a storage resized to nothing
+ * has no bytes, a functionalized tensor's none at all (its address is its offset from 0).
+ * Whether it is nested is asked of its getter: the shim answers a nested tensor's sizes with
+ * an error PyTorch logs. */
 static int torch_by_shim(ForeignType* ft, PyObject* v, PyObject* want, long long want_device,
                          int grad_ok, unsigned long long* addr) {
     void* impl = NULL;
@@ -293,22 +298,33 @@ static int torch_by_shim(ForeignType* ft, PyObject* v, PyObject* want, long long
         Py_XDECREF(r);
         if (!impl) { PyErr_Clear(); return 0; }
         h = &impl;
-    }
+    } else if (shim.offset + (Py_ssize_t)sizeof(void*) > Py_TYPE(v)->tp_basicsize)
+        return 0;
     int32_t type, index, layout, code;
+    int64_t numel, nbytes, first;
     bool dense = false;
     void* data = NULL;
-    if (shim.device_type(h, &type) || type != shim.cuda || shim.device_index(h, &index) ||
-            index != want_device || shim.layout(h, &layout) || layout != shim.strided ||
-            shim.dtype(h, &code) || code < 0 || code >= MAX_CODES || !code_typestr[code])
+    if (!ASK(S_DEVICE_TYPE, shim_i32_fn, h, &type) || type != shim.cuda ||
+            !ASK(S_DEVICE_INDEX, shim_i32_fn, h, &index) || index != want_device ||
+            !ASK(S_LAYOUT, shim_i32_fn, h, &layout) || layout != shim.strided ||
+            !ASK(S_DTYPE, shim_i32_fn, h, &code) || code < 0 || code >= MAX_CODES ||
+            !code_typestr[code])
         return 0;
     if (code_typestr[code] != want && PyUnicode_Compare(code_typestr[code], want) != 0) {
         PyErr_Clear();
         return 0;
     }
-    long long grad = 1;
-    if (shim.is_contiguous(h, &dense) || !dense) return 0;
+    long long nested = 1, grad = 1;
+    if (!as_long(read_accessor(ft, A_IS_NESTED, v), &nested) || nested ||
+            !ASK(S_IS_CONTIGUOUS, shim_bool_fn, h, &dense) || !dense ||
+            !ASK(S_NUMEL, shim_i64_fn, h, &numel) || !ASK(S_DATA_PTR, shim_ptr_fn, h, &data))
+        return 0;
+    if (numel > 0 && (!ASK(S_STORAGE_SIZE, shim_i64_fn, h, &nbytes) ||
+                      !ASK(S_STORAGE_OFFSET, shim_i64_fn, h, &first) || first < 0 ||
+                      first + numel > nbytes / code_itemsize[code] ||
+                      (uintptr_t)data == (uintptr_t)(first * code_itemsize[code])))
+        return 0;
     if (!grad_ok && (!as_long(read_accessor(ft, A_REQUIRES_GRAD, v), &grad) || grad)) return 0;
-    if (shim.data_ptr(h, &data)) return 0;
     *addr = (unsigned long long)(uintptr_t)data;
     return 1;
 }

@@ -167,9 +167,11 @@ static Py_ssize_t pack_args(const char* spec, Py_ssize_t n, PyObject* tokens,
         } else if (Py_TYPE(v) != array_type) {
             unsigned long long addr;
             PyObject* token = PyTuple_GET_ITEM(tokens, i);
-            if (kind == K_ARRAY_BITS) token = PyTuple_GET_ITEM(token, 0);
-            int kind = kjit_foreign_array(v, token, &addr, grad_ok);
-            if (kind) { memcpy(dst, &addr, 8); *seen |= 1 << kind; ok = 1; }
+            int framework = kjit_foreign_array(v, kind == K_ARRAY ? token : PyTuple_GET_ITEM(token, 0),
+                                               &addr, grad_ok);
+            if (!framework && kind == K_ARRAY_BITS)   /* an array of the element type's bits */
+                framework = kjit_foreign_array(v, PyTuple_GET_ITEM(token, 1), &addr, grad_ok);
+            if (framework) { memcpy(dst, &addr, 8); *seen |= 1 << framework; ok = 1; }
         } else {   /* a kjit array: its interned launch key is the token (or the bits' token) */
             PyObject* token = PyTuple_GET_ITEM(tokens, i);
             PyObject* key = PyObject_GetAttr(v, s_launch_key);
@@ -202,6 +204,10 @@ static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
         return NULL;
     }
     Py_ssize_t n = PyBytes_GET_SIZE(a[0]) / 8;
+    if (PyTuple_GET_SIZE(a[1]) < n) {
+        PyErr_SetString(PyExc_ValueError, "pack: a token per parameter");
+        return NULL;
+    }
     if (PyTuple_GET_SIZE(a[2]) != n) return PyLong_FromLong(-1);
     char* buf = (char*)PyLong_AsVoidPtr(a[3]);
     if (!buf && PyErr_Occurred()) return NULL;
@@ -312,6 +318,10 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "launcher(fallback, on_error, spec, tokens, array_type, last, "
                         "name, buffer, func, stream, params, gx, gy, gz, bx, by, bz, shared_mem, owner, "
                         "context, flags, device)");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(a[3]) < PyBytes_GET_SIZE(a[2]) / 8) {
+        PyErr_SetString(PyExc_ValueError, "launcher: a token per parameter");
         return NULL;
     }
     for (Py_ssize_t i = 0; i < PyBytes_GET_SIZE(a[2]) / 8; i++) {

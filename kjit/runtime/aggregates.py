@@ -11,8 +11,7 @@ from ..errors import ArgumentError
 from . import dtypes
 from .cdecl import struct_dtype
 from .dtypes import is_numpy
-from .memory import DeviceArray
-from .pointers import address_of, ptr
+from .pointers import address_of
 from .slots import ParamSlot
 
 
@@ -125,9 +124,9 @@ def raw_bytes(slot: ParamSlot, value: Any) -> bytes:
         return exact_bytes(slot, value.tobytes())
     if isinstance(value, ctypes.Structure) or isinstance(value, ctypes._SimpleCData):
         return exact_bytes(slot, bytes(value))
-    if slot.size == 8 and (isinstance(value, (ptr, DeviceArray)) or
-                           hasattr(value, "__cuda_array_interface__")):
-        return struct.pack("<Q", address_of(value))
+    address = address_of(value) if slot.size == 8 else None
+    if address is not None:
+        return struct.pack("<Q", address)
     raise ArgumentError(
         f"{slot.describe()}: kjit does not know this parameter's C type, so a Python "
         f"{type(value).__name__} is ambiguous; pass a numpy scalar of the exact type "

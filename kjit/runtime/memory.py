@@ -162,6 +162,15 @@ class DeviceArray:
         return (2, self.device)  # kDLCUDA
 
 
+def array_interface(value: Any) -> dict | None:
+    """value.__cuda_array_interface__, or None: none, or one its producer cannot give (PyTorch
+    raises for bfloat16 and float8 tensors, whose dtypes the interface has no typestr for)."""
+    try:
+        return getattr(value, "__cuda_array_interface__", None)
+    except Exception:
+        return None
+
+
 _LAUNCH_KEYS: dict[tuple, tuple] = {}
 
 

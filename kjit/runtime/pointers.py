@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import ArgumentError
 from . import dtypes, libcuda
 from .dtypes import is_numpy
-from .memory import DeviceArray, _c_strides, _HostTransfer
+from .memory import DeviceArray, _c_strides, _HostTransfer, array_interface
 from .slots import ParamSlot
 
 
@@ -105,12 +105,18 @@ def tensor_pointer(slot: ParamSlot, t: Any, device: int, grad_ok: bool = False,
     typestr = torch_typestr(t.dtype)
     if want is not None and not dtypes.accepts(want, typestr):
         name = dtypes.name(want)
+        how = (f"pass its bits: x.view(torch.{name})" if dtypes.BITS.get(typestr) == want else
+               f"convert it: x.to(torch.{name})")
         raise ArgumentError(
-            f"{slot.describe()}: the tensor holds {t.dtype} but the kernel reads {name}; "
-            f"convert it: x.to(torch.{name})")
+            f"{slot.describe()}: the tensor holds {t.dtype} but the kernel reads {name}; {how}")
     if typestr is None:
         raise ArgumentError(f"{slot.describe()}: kjit has no element type for {t.dtype}; pass "
                             "kjit.ptr(x.data_ptr()) to a pointer of the matching C type")
+    if t.is_nested:
+        raise ArgumentError(
+            f"{slot.describe()}: the tensor is nested, but the kernel reads a dense array; pass "
+            "torch.nested.to_padded_tensor(x, 0), or x.values() for a jagged tensor's packed "
+            "elements")
     if t.layout != sys.modules["torch"].strided:
         raise ArgumentError(
             f"{slot.describe()}: the tensor is {t.layout}, but the kernel reads a dense array; "
@@ -120,6 +126,11 @@ def tensor_pointer(slot: ParamSlot, t: Any, device: int, grad_ok: bool = False,
             f"{slot.describe()}: the tensor is not C-contiguous (a strided view, shape "
             f"{tuple(t.shape)}, strides {t.stride()}); the kernel would read it as dense memory. "
             "Pass x.contiguous(), or kjit.ptr(x.data_ptr()) if the kernel handles the strides")
+    if t.is_conj() or t.is_neg():
+        what, fix = ("conjugate", "resolve_conj") if t.is_conj() else ("negative", "resolve_neg")
+        raise ArgumentError(
+            f"{slot.describe()}: the tensor is a lazy {what} view, whose memory holds the values "
+            f"before the {what}; pass x.{fix}()")
     if t.requires_grad and not grad_ok:
         raise ArgumentError(
             f"{slot.describe()}: the tensor requires grad, and a kernel launch is invisible to "
@@ -128,13 +139,39 @@ def tensor_pointer(slot: ParamSlot, t: Any, device: int, grad_ok: bool = False,
             "torch.library.register_autograd")
     if check_only:
         return 0
+    address = _tensor_address(slot, t)
     learn_foreign(t, typestr)
-    return t.data_ptr()
+    return address
 
 
-# Array types the C packer reads itself once it has seen one (kjit/runtime/_launch.c): a
-# PyTorch tensor through data_ptr() / is_contiguous() / get_device() / requires_grad, a CuPy
-# array through .data.ptr / .data.device_id / ._c_contiguous; .dtype through the table below.
+def _tensor_address(slot: ParamSlot, t: Any) -> int:
+    """A dense tensor's address, once its elements are known to lie in its storage and the
+    storage to have memory."""
+    no_memory = (f"{slot.describe()}: the tensor has no memory a kernel can read (a tensor of a "
+                 "torch.func transform: functionalize, vmap, grad)")
+    what_to_do = "Launch outside the transform, or make the kernel an operator: kernel.as_torch_op(...)"
+    try:
+        address, storage = t.data_ptr(), t.untyped_storage()
+        nbytes, base = storage.nbytes(), storage.data_ptr()
+    except RuntimeError as exc:
+        raise ArgumentError(f"{no_memory}: {str(exc).splitlines()[0]}. {what_to_do}") from None
+    if not t.numel():
+        return address
+    if (t.storage_offset() + t.numel()) * t.element_size() > nbytes:
+        raise ArgumentError(
+            f"{slot.describe()}: the tensor's {t.numel()} elements do not lie in its storage, "
+            f"which holds {nbytes} bytes (resized with untyped_storage().resize_()?); pass a "
+            "tensor whose storage holds its data")
+    if not base:
+        raise ArgumentError(f"{no_memory}. {what_to_do}")
+    return address
+
+
+# Array types the C packer reads itself once it has seen one (kjit/runtime/_foreign.c): a
+# torch.Tensor or Parameter through PyTorch's C shim (torch_shim.py), a tensor subclass through
+# data_ptr() / is_contiguous() / get_device() / requires_grad, a CuPy array through .data.ptr /
+# .data.device_id / ._c_contiguous; .dtype through the table below. Complex tensors stay here,
+# where a lazy conjugate is told apart.
 _learned: set = set()
 _streams_registered: set = set()
 
@@ -161,13 +198,18 @@ def learn_foreign(value: Any, typestr: str) -> None:
     from .stream import FRAMEWORKS, TORCH, stream_getter
     kind = FRAMEWORKS.get(cls.__module__.partition(".")[0])
     register = libcuda.c_function("register_foreign") if kind else None
+    if kind == TORCH and value.is_complex():   # a conjugate view is told apart in Python only
+        register = None
     if register is not None:
         code = -1
         torch = sys.modules.get("torch")
         if kind == TORCH and cls in (torch.Tensor, torch.nn.Parameter):   # subclasses keep
             from . import torch_shim                                      # __torch_function__
             code = torch_shim.dtype_code(value)
-        register(cls, kind, dtype, typestr, code)
+        if code >= 0:
+            register(cls, kind, dtype, typestr, code, value.element_size())
+        else:
+            register(cls, kind, dtype, typestr)
         getter = stream_getter(kind)
         if kind not in _streams_registered and getter is not None:
             libcuda.c_function("register_stream")(kind, getter)
@@ -220,13 +262,16 @@ def check_capturable(slot: ParamSlot, value: _HostTransfer, stream: Any) -> None
 
 
 def address_of(value: Any) -> int | None:
-    """The address a pointer-like value stands for (kjit.ptr, kjit array, CUDA array
-    interface), None for anything else."""
+    """The address a pointer-like value stands for (kjit.ptr, kjit array, PyTorch tensor,
+    CUDA array interface), None for anything else."""
     if isinstance(value, ptr):
         return value.value
     if isinstance(value, DeviceArray):
         return value.ptr
-    cai = getattr(value, "__cuda_array_interface__", None)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.data_ptr()
+    cai = array_interface(value)
     return int(cai["data"][0] or 0) if cai is not None else None
 
 

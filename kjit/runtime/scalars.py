@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import ArgumentError
 from . import dtypes
 from .dtypes import is_numpy
-from .memory import DeviceArray
+from .memory import DeviceArray, array_interface
 from .slots import SCALAR_FORMATS, ParamSlot
 
 
@@ -25,7 +25,8 @@ def integer(slot: ParamSlot, value: Any) -> Any:
     if not isinstance(value, int):
         kind = "a float" if isinstance(value, float) or is_numpy(value, "floating") else type(value).__name__
         hint = " (kernels take no pointers here: this parameter is an integer)" \
-            if isinstance(value, DeviceArray) or hasattr(value, "__cuda_array_interface__") else ""
+            if isinstance(value, DeviceArray) or array_interface(value) is not None or \
+            hasattr(value, "data_ptr") else ""
         raise ArgumentError(f"{slot.describe()}: expected an integer, got {kind} {value!r}{hint}")
     lo, hi = dtypes.integer_range(c.kind, c.size)
     if not lo <= value <= hi:

@@ -16,7 +16,7 @@ from typing import Any
 from . import libcuda
 
 _READERS = ("get_data_ptr", "get_dtype", "get_device_type", "get_device_index", "get_layout",
-            "is_contiguous")
+            "is_contiguous", "get_numel", "get_storage_size", "get_storage_offset")
 _STREAM = "get_current_cuda_stream"
 _state: dict[str, Any] = {}   # "lib": the CDLL or None; "installed": bool
 
@@ -45,10 +45,13 @@ def _ask(lib: Any, name: str, t: Any, ctype: type) -> Any:
 
 
 def _agrees(lib: Any, t: Any) -> tuple[int, int] | None:
-    """(cuda, strided) codes when the shim reads `t` (a dense CUDA tensor) and two host tensors
-    as PyTorch's Python API does, else None."""
+    """(cuda, strided) codes when the shim reads `t` (a dense CUDA tensor) and host tensors as
+    PyTorch's Python API does, else None."""
     torch = sys.modules["torch"]
-    host = torch.empty((2, 3))   # host memory: a graph capture may be running on the device
+    # on the host, named: a default device or dtype must not change them, and a graph capture
+    # may be running on the device
+    host = torch.empty((3, 4), device="cpu", dtype=torch.float32)
+    view = host[1:]
     cuda = _ask(lib, "get_device_type", t, ctypes.c_int32)
     strided = _ask(lib, "get_layout", t, ctypes.c_int32)
     same = (
@@ -59,7 +62,10 @@ def _agrees(lib: Any, t: Any) -> tuple[int, int] | None:
         and _ask(lib, "get_layout", host, ctypes.c_int32) == strided
         and cuda is not None and _ask(lib, "get_device_type", host, ctypes.c_int32) != cuda
         and _ask(lib, "get_dtype", host, ctypes.c_int32)
-        != _ask(lib, "get_dtype", host.double(), ctypes.c_int32))
+        != _ask(lib, "get_dtype", torch.empty(2, device="cpu", dtype=torch.float64), ctypes.c_int32)
+        and _ask(lib, "get_numel", view, ctypes.c_int64) == view.numel()
+        and _ask(lib, "get_storage_offset", view, ctypes.c_int64) == view.storage_offset() == 4
+        and _ask(lib, "get_storage_size", view, ctypes.c_int64) == host.untyped_storage().nbytes())
     return (cuda, strided) if same and strided is not None else None
 
 
@@ -70,13 +76,20 @@ def _stream_reader(lib: Any, device: int) -> int:
     if fn is None:
         return 0
     fn.restype = ctypes.c_int32
-    out = ctypes.c_void_p()
-    if fn(ctypes.c_int32(device), ctypes.byref(out)) != 0:
-        return 0
     torch = sys.modules["torch"]
-    if (out.value or 0) != torch._C._cuda_getCurrentRawStream(device):
-        return 0
-    return ctypes.cast(fn, ctypes.c_void_p).value or 0
+    getter = torch._C._cuda_getCurrentRawStream
+
+    def agrees() -> bool:
+        out = ctypes.c_void_p()
+        return fn(ctypes.c_int32(device), ctypes.byref(out)) == 0 and (out.value or 0) == getter(device)
+
+    if getter(device):   # a stream of the program's, or a capture's: a real comparison
+        ok = agrees()
+    else:   # on the default stream both say 0: compare on another one too (no capture runs)
+        with torch.cuda.stream(torch.cuda.Stream(device)):
+            ok = agrees() and getter(device) != 0
+        ok = ok and agrees()
+    return (ctypes.cast(fn, ctypes.c_void_p).value or 0) if ok else 0
 
 
 def _tensor_offset(t: Any, host: Any) -> int:
@@ -99,10 +112,10 @@ def install(t: Any) -> bool:
         lib = _library() if register is not None else None
         codes = _agrees(lib, t) if lib is not None else None
         if codes is not None:
-            addrs = [ctypes.cast(getattr(lib, "aoti_torch_" + n), ctypes.c_void_p).value
-                     for n in _READERS]
-            offset = _tensor_offset(t, sys.modules["torch"].empty(4))
-            register(*addrs, _stream_reader(lib, t.get_device()), *codes, offset)
+            addrs = tuple(ctypes.cast(getattr(lib, "aoti_torch_" + n), ctypes.c_void_p).value
+                          for n in _READERS)
+            offset = _tensor_offset(t, sys.modules["torch"].empty(4, device="cpu"))
+            register(addrs, _stream_reader(lib, t.get_device()), *codes, offset)
         _state["installed"] = codes is not None
     return _state["installed"]
 

@@ -8,6 +8,7 @@ candidate, all outside the timed region."""
 from __future__ import annotations
 
 import statistics
+import sys
 from typing import Any, Callable, Mapping, Sequence
 
 from .. import driver
@@ -20,8 +21,15 @@ MAX_REPS = 1000
 
 
 def device_buffer(name: str, value: Any) -> tuple[int, int]:
-    """(address, bytes) of a contiguous device array (anything with __cuda_array_interface__)."""
-    cai = getattr(value, "__cuda_array_interface__", None)
+    """(address, bytes) of a contiguous device array (a PyTorch tensor, or anything with
+    __cuda_array_interface__)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        if not value.is_contiguous():
+            raise ArgumentError(f"argument {name!r} (restore_value/reset_to_zero) must be contiguous")
+        return value.data_ptr(), value.numel() * value.element_size()
+    from ..runtime.memory import array_interface
+    cai = array_interface(value)
     if cai is None:
         raise ArgumentError(f"argument {name!r} is named in restore_value/reset_to_zero but is a "
                             f"{type(value).__name__}, not a device array")
