@@ -425,9 +425,9 @@ def test_tensors_a_kernel_cannot_read_are_refused_after_learning_too():
     @kjit.kernel
     def conj_copy():
         return r'''
-        extern "C" __global__ void conj_copy(const void* src, float2* dst, int n) {
+        extern "C" __global__ void conj_copy(const void* src, void* dst, int n) {
             int i = blockIdx.x * blockDim.x + threadIdx.x;
-            if (i < n) dst[i] = ((const float2*)src)[i];
+            if (i < n) ((float2*)dst)[i] = ((const float2*)src)[i];
         }'''
 
     z = torch.randn(n, dtype=torch.complex64, device="cuda")
