@@ -236,7 +236,8 @@ def test_lazy_views_and_bits_are_named_before_a_launch():
 
 def test_arrays_whose_interface_raises_are_named_not_crashed_on():
     """PyTorch raises from __cuda_array_interface__ for bfloat16 and float8 tensors: a scalar
-    parameter given one says what it got, and the tuner's buffers take tensors directly."""
+    parameter given one says what it got, and the tuner's buffers take tensors directly (on
+    the GPU only)."""
     from kjit.runtime.cdecl import parse_signatures
     from kjit.runtime.params import convert
     from kjit.runtime.slots import ParamSlot
@@ -253,5 +254,12 @@ def test_arrays_whose_interface_raises_are_named_not_crashed_on():
         convert(slot, Refuses(), 0, [])
     with pytest.raises(ArgumentError, match=r"'n'.*expected an integer.*kernels take no pointers here"):
         convert(slot, torch.ones(4).to(torch.float8_e4m3fn), 0, [])
-    t = torch.ones(4, dtype=torch.bfloat16)
-    assert device_buffer("t", t) == (t.data_ptr(), 8)
+    with pytest.raises(ArgumentError, match=r"'t'.*restore_value/reset_to_zero.*tensor on cpu"):
+        device_buffer("t", torch.ones(4, dtype=torch.bfloat16))   # never a host address
+
+
+def test_an_untyped_parameter_never_takes_a_host_tensors_address():
+    from kjit.runtime.aggregates import raw_bytes
+    from kjit.runtime.slots import ParamSlot
+    with pytest.raises(ArgumentError, match=r"'p'.*does not know this parameter's C type"):
+        raw_bytes(ParamSlot(0, "p", 0, 8, None), torch.ones(4))

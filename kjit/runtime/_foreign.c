@@ -157,11 +157,15 @@ PyObject* kjit_register_torch_shim(PyObject* self, PyObject* const* a, Py_ssize_
         fn[i] = PyLong_Check(PyTuple_GET_ITEM(a[0], i)) ? PyLong_AsVoidPtr(PyTuple_GET_ITEM(a[0], i)) : NULL;
         if (!fn[i]) goto usage;
     }
-    void* stream = PyLong_Check(a[1]) ? PyLong_AsVoidPtr(a[1]) : NULL;
-    long cuda = PyLong_AsLong(a[2]), strided = PyLong_AsLong(a[3]);
+    if (!PyLong_Check(a[1])) goto usage;
+    void* stream = PyLong_AsVoidPtr(a[1]);
+    if (PyErr_Occurred()) goto usage;
+    long cuda = PyLong_AsLong(a[2]);
+    if (PyErr_Occurred()) goto usage;
+    long strided = PyLong_AsLong(a[3]);
+    if (PyErr_Occurred()) goto usage;
     Py_ssize_t offset = PyLong_AsSsize_t(a[4]);
-    if (PyErr_Occurred() || !PyLong_Check(a[1]) ||
-            (offset != 0 && (offset < (Py_ssize_t)sizeof(PyObject) || offset > 4096)))
+    if (PyErr_Occurred() || (offset != 0 && (offset < (Py_ssize_t)sizeof(PyObject) || offset > 4096)))
         goto usage;
     shim.ready = 0;
     memcpy(shim.fn, fn, sizeof fn);
@@ -187,6 +191,7 @@ PyObject* kjit_register_foreign(PyObject* self, PyObject* const* a, Py_ssize_t n
         return NULL;
     }
     long code = nargs == 6 ? PyLong_AsLong(a[4]) : -1;
+    if (PyErr_Occurred()) return NULL;
     long itemsize = nargs == 6 ? PyLong_AsLong(a[5]) : 0;
     if (PyErr_Occurred()) return NULL;
     if (code >= MAX_CODES || itemsize < 1) code = -1;   /* one this table has no room for */
@@ -321,7 +326,7 @@ static int torch_by_shim(ForeignType* ft, PyObject* v, PyObject* want, long long
         return 0;
     if (numel > 0 && (!ASK(S_STORAGE_SIZE, shim_i64_fn, h, &nbytes) ||
                       !ASK(S_STORAGE_OFFSET, shim_i64_fn, h, &first) || first < 0 ||
-                      first + numel > nbytes / code_itemsize[code] ||
+                      numel > nbytes / code_itemsize[code] - first ||
                       (uintptr_t)data == (uintptr_t)(first * code_itemsize[code])))
         return 0;
     if (!grad_ok && (!as_long(read_accessor(ft, A_REQUIRES_GRAD, v), &grad) || grad)) return 0;

@@ -269,8 +269,11 @@ def address_of(value: Any) -> int | None:
     if isinstance(value, DeviceArray):
         return value.ptr
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        return value.data_ptr()
+    if torch is not None and isinstance(value, torch.Tensor):   # one on the GPU, with memory
+        try:
+            return value.data_ptr() if value.device.type == "cuda" else None
+        except RuntimeError:
+            return None
     cai = array_interface(value)
     return int(cai["data"][0] or 0) if cai is not None else None
 

@@ -83,12 +83,11 @@ def _stream_reader(lib: Any, device: int) -> int:
         out = ctypes.c_void_p()
         return fn(ctypes.c_int32(device), ctypes.byref(out)) == 0 and (out.value or 0) == getter(device)
 
-    if getter(device):   # a stream of the program's, or a capture's: a real comparison
-        ok = agrees()
-    else:   # on the default stream both say 0: compare on another one too (no capture runs)
-        with torch.cuda.stream(torch.cuda.Stream(device)):
-            ok = agrees() and getter(device) != 0
-        ok = ok and agrees()
+    # On the default stream both say 0: compare on another one too. The per-thread default
+    # stream's handle (2) wrapped as an external stream makes no CUDA call (a capture may run).
+    ok = agrees()
+    with torch.cuda.stream(torch.cuda.ExternalStream(2, device=device)):
+        ok = ok and getter(device) == 2 and agrees()
     return (ctypes.cast(fn, ctypes.c_void_p).value or 0) if ok else 0
 
 
@@ -108,15 +107,19 @@ def install(t: Any) -> bool:
     """Hand the shim to the C packer, checked with `t`: a CUDA tensor that passed every check
     of pointers.tensor_pointer. True when tensors are read through it."""
     if "installed" not in _state:
-        register = libcuda.c_function("register_torch_shim")
-        lib = _library() if register is not None else None
-        codes = _agrees(lib, t) if lib is not None else None
-        if codes is not None:
-            addrs = tuple(ctypes.cast(getattr(lib, "aoti_torch_" + n), ctypes.c_void_p).value
-                          for n in _READERS)
-            offset = _tensor_offset(t, sys.modules["torch"].empty(4, device="cpu"))
-            register(addrs, _stream_reader(lib, t.get_device()), *codes, offset)
-        _state["installed"] = codes is not None
+        _state["installed"] = False
+        try:   # a PyTorch that answers otherwise than expected keeps the accessors
+            register = libcuda.c_function("register_torch_shim")
+            lib = _library() if register is not None else None
+            codes = _agrees(lib, t) if lib is not None else None
+            if codes is not None:
+                addrs = tuple(ctypes.cast(getattr(lib, "aoti_torch_" + n), ctypes.c_void_p).value
+                              for n in _READERS)
+                offset = _tensor_offset(t, sys.modules["torch"].empty(4, device="cpu"))
+                register(addrs, _stream_reader(lib, t.get_device()), *codes, offset)
+                _state["installed"] = True
+        except Exception:
+            pass
     return _state["installed"]
 
 

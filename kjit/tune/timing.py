@@ -25,6 +25,9 @@ def device_buffer(name: str, value: Any) -> tuple[int, int]:
     __cuda_array_interface__)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
+        if value.device.type != "cuda":
+            raise ArgumentError(f"argument {name!r} is named in restore_value/reset_to_zero but "
+                                f"is a tensor on {value.device}; pass it on the GPU")
         if not value.is_contiguous():
             raise ArgumentError(f"argument {name!r} (restore_value/reset_to_zero) must be contiguous")
         return value.data_ptr(), value.numel() * value.element_size()
