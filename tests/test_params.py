@@ -304,3 +304,27 @@ def test_bfloat16_and_float8_pointers_take_their_type_or_its_bits():
         pk.convert_all((halves, bits8), [])
     with pytest.raises(ArgumentError, match=r"'y'.*holds int8 but the kernel reads float8_e4m3fn"):
         pk.convert_all((bits16, DeviceArray(4, np.int8, ptr=4096, device=0)), [])
+
+
+def test_plain_typedefs_type_their_parameters():
+    """llm.c's `typedef __nv_bfloat16 floatX;` with kernels taking floatX*: the alias is the
+    type it stands for, also in the digest a compiled object keeps of its source."""
+    from kjit.compiler.declarations import extract
+    from kjit.runtime.memory import DeviceArray
+    src = r'''
+    typedef __nv_bfloat16 floatX;   // llm.c
+    typedef floatX act_t;
+    using real = float;
+    typedef Packed128<floatX> x128;  // not a plain alias: left alone
+    typedef struct { real w; act_t* p; } Pair;
+    extern "C" __global__ void k(act_t* out, const floatX* inp, real s, Pair q, x128* v, int n) {}'''
+    for text in (src, extract(src)):
+        out, inp, s, q, v, n = parse_signatures(text)["k"].params
+        assert (out.ctype.typestr, inp.ctype.typestr, inp.ctype.const) == ("bfloat16", "bfloat16", True)
+        assert (s.ctype.kind, s.ctype.typestr) == ("float", "<f4")
+        assert [f[0] for f in q.ctype.fields] == ["w", "p"] and q.ctype.size == 16
+        assert v.ctype.typestr is None and n.ctype.typestr == "<i4"
+    pk = packer_for(src.replace("x128* v", "void* v"), "k")
+    halves = DeviceArray(4, np.float16, ptr=4096, device=0)
+    with pytest.raises(ArgumentError, match=r"'out'.*holds float16 but the kernel reads bfloat16"):
+        pk.convert_all((halves, halves, 1.0, (1.0, ptr(0)), ptr(0), 4), [])

@@ -17,6 +17,21 @@ STRUCT = re.compile(
     r"(?:__align__\s*\(\s*(\d+)\s*\)\s*)?\{([^{}]*)\}\s*([A-Za-z_]\w*)?\s*;", re.S)
 
 
+# `typedef T name;` and `using name = T;` for T a plain type name (no pointer, array, template):
+# llm.c's `typedef __nv_bfloat16 floatX;` and kernels taking floatX*
+ALIAS = re.compile(r"\btypedef\s+([A-Za-z_][\w:\s]*?)\s+([A-Za-z_]\w*)\s*;|"
+                   r"\busing\s+([A-Za-z_]\w*)\s*=\s*([A-Za-z_][\w:\s]*?)\s*;")
+
+
+def aliases(text: str) -> dict[str, str]:
+    """The plain type aliases of a comment-free source: name -> the type it stands for."""
+    out: dict[str, str] = {}
+    for m in ALIAS.finditer(text):
+        name, target = (m.group(2), m.group(1)) if m.group(2) else (m.group(3), m.group(4))
+        out[name] = " ".join(target.split())
+    return out
+
+
 def strip_comments(source: str) -> str:
     return COMMENTS.sub(" ", source)
 
@@ -28,9 +43,11 @@ def is_template(text: str, start: int) -> bool:
 
 
 def extract(source: str) -> str:
-    """A minimal source holding the struct definitions and non-template kernel signatures."""
+    """A minimal source holding the plain type aliases, struct definitions and non-template
+    kernel signatures."""
     text = strip_comments(source)
-    parts = [m.group(0) for m in STRUCT.finditer(text)]
+    parts = [f"typedef {target} {name};" for name, target in aliases(text).items()]
+    parts += [m.group(0) for m in STRUCT.finditer(text)]
     for m in KERNEL.finditer(text):
         if not is_template(text, m.start()):
             parts.append(f"__global__ void {m.group(1)}({' '.join(m.group(2).split())}) {{}}")

@@ -79,13 +79,20 @@ _QUALIFIERS = re.compile(r"\b(__restrict__|__restrict|restrict|volatile|__grid_c
 _CONST = re.compile(r"\bconst\b")
 
 
-def parse_type(text: str, structs: dict[str, CType] | None = None) -> CType | None:
-    """A CType for a declaration's type text (`const float* __restrict__`), or None if unknown."""
+def parse_type(text: str, structs: dict[str, CType] | None = None,
+               aliases: dict[str, str] | None = None) -> CType | None:
+    """A CType for a declaration's type text (`const float* __restrict__`), or None if unknown;
+    `aliases` are the source's plain typedefs (declarations.aliases)."""
     text = _QUALIFIERS.sub(" ", text)
     stars = text.count("*") + text.count("&")
     const = bool(_CONST.search(text.split("*")[0])) if stars else False
     base = " ".join(_CONST.sub(" ", text.replace("*", " ").replace("&", " ")).split())
     base = base.removeprefix("std::").removeprefix("::")
+    for _ in range(8):   # an alias of an alias...
+        if not aliases or base not in aliases:
+            break
+        base = " ".join(_CONST.sub(" ", _QUALIFIERS.sub(" ", aliases[base])).split())
+        base = base.removeprefix("std::").removeprefix("::")
     if stars:
         pointee = SCALARS.get(base) or VECTORS.get(base) or (structs or {}).get(base)
         # float4*: an array of float32 lanes; T**: an array of device addresses, whatever T is
@@ -106,7 +113,7 @@ class Signature(NamedTuple):
     params: tuple[Param, ...] = ()
 
 
-from ..compiler.declarations import KERNEL as _KERNEL, STRUCT as _STRUCT, is_template, strip_comments
+from ..compiler.declarations import KERNEL as _KERNEL, STRUCT as _STRUCT, aliases, is_template, strip_comments
 
 # patterns used off the common path stay strings: re compiles (and caches) them on first use
 _FIELD = r"^(.*?)([A-Za-z_]\w*)\s*(?:\[\s*(\d+)\s*\])?$"
@@ -119,7 +126,9 @@ def parse_structs(source: str) -> dict[str, CType]:
     anything else leaves the struct out (its layout then comes from the driver's sizes).
     """
     structs: dict[str, CType] = {}
-    for m in _STRUCT.finditer(strip_comments(source)):
+    text = strip_comments(source)
+    named = aliases(text)
+    for m in _STRUCT.finditer(text):
         align_before, tag, align_after, body, typedef_name = m.groups()
         name = typedef_name or tag
         if not name:
@@ -129,7 +138,7 @@ def parse_structs(source: str) -> dict[str, CType]:
             if not decl:
                 continue
             fm = re.match(_FIELD, decl)
-            ctype = parse_type(fm.group(1), structs) if fm else None
+            ctype = parse_type(fm.group(1), structs, named) if fm else None
             if ctype is None:
                 ok = False
                 break
@@ -162,7 +171,7 @@ def parse_signatures(source: str) -> dict[str, Signature]:
     Templates and C++-linkage kernels are left to the mangled-name decoder and the driver.
     """
     text = strip_comments(source)
-    structs = parse_structs(text)
+    structs, named = parse_structs(text), aliases(text)
     out: dict[str, Signature] = {}
     for m in _KERNEL.finditer(text):
         if is_template(text, m.start()):
@@ -179,7 +188,7 @@ def parse_signatures(source: str) -> dict[str, Signature]:
                     type_text, pname = pm.group(1), pm.group(2)
                 else:
                     type_text, pname = decl, f"arg{i}"
-                params.append(Param(pname, decl, parse_type(type_text, structs)))
+                params.append(Param(pname, decl, parse_type(type_text, structs, named)))
         out[name] = Signature(name, tuple(params))
     return out
 
