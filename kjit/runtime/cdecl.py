@@ -113,7 +113,8 @@ class Signature(NamedTuple):
     params: tuple[Param, ...] = ()
 
 
-from ..compiler.declarations import KERNEL as _KERNEL, STRUCT as _STRUCT, aliases, is_template, strip_comments
+from ..compiler.declarations import (KERNEL as _KERNEL, STRUCT as _STRUCT, aliases, is_template,
+                                     strip_comments)
 
 # patterns used off the common path stay strings: re compiles (and caches) them on first use
 _FIELD = r"^(.*?)([A-Za-z_]\w*)\s*(?:\[\s*(\d+)\s*\])?$"
