@@ -209,21 +209,26 @@ PyObject* kjit_register_foreign(PyObject* self, PyObject* const* a, Py_ssize_t n
         resolve_accessors(ft);
         n_types++;
     }
+    /* interned, as the tokens' typestrs are (memory.launch_key): the packer's comparison is
+     * then one pointer test */
+    PyObject* typestr = Py_NewRef(a[3]);
+    PyUnicode_InternInPlace(&typestr);
     ForeignType* ft = foreign_type(t);
     if (ft && code >= 0 && kind == FOREIGN_TORCH && shim.ready) {
         ft->by_shim = 1;
         if (!code_typestr[code]) {
             code_itemsize[code] = itemsize;
-            code_typestr[code] = Py_NewRef(a[3]);
+            code_typestr[code] = Py_NewRef(typestr);
         }
     }
     int known = 0;
     for (int i = 0; i < n_dtypes; i++) known |= dtypes[i].dtype == a[2];
     if (!known && n_dtypes < MAX_DTYPES) {
         dtypes[n_dtypes].dtype = Py_NewRef(a[2]);
-        dtypes[n_dtypes].typestr = Py_NewRef(a[3]);
+        dtypes[n_dtypes].typestr = Py_NewRef(typestr);
         n_dtypes++;
     }
+    Py_DECREF(typestr);
     Py_RETURN_NONE;
 }
 

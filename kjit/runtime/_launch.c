@@ -370,7 +370,7 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
 static PyMethodDef methods[] = {
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, "pack(spec, tokens, args, buffer, array_type) -> int"},
     {"register_foreign", (PyCFunction)(void (*)(void))kjit_register_foreign, METH_FASTCALL,
-     "register_foreign(type, kind, dtype, typestr[, code]): arrays of `type` with `dtype` are packed in C"},
+     "register_foreign(type, kind, dtype, typestr[, code, itemsize]): arrays of `type` with `dtype` are packed in C"},
     {"register_torch_shim", (PyCFunction)(void (*)(void))kjit_register_torch_shim, METH_FASTCALL,
      "register_torch_shim(...): PyTorch's C shim functions, for tensors and the current stream"},
     {"register_stream", (PyCFunction)(void (*)(void))kjit_register_stream, METH_FASTCALL,

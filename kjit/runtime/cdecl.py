@@ -120,15 +120,16 @@ from ..compiler.declarations import (KERNEL as _KERNEL, STRUCT as _STRUCT, alias
 _FIELD = r"^(.*?)([A-Za-z_]\w*)\s*(?:\[\s*(\d+)\s*\])?$"
 
 
-def parse_structs(source: str) -> dict[str, CType]:
+def parse_structs(source: str, named: dict[str, str] | None = None) -> dict[str, CType]:
     """Plain structs defined in the source, laid out with device alignment.
 
     Fields must be scalars, vectors, pointers, earlier structs or fixed arrays of those;
     anything else leaves the struct out (its layout then comes from the driver's sizes).
+    `named`: the source's plain type aliases, where the caller has them already.
     """
     structs: dict[str, CType] = {}
     text = strip_comments(source)
-    named = aliases(text)
+    named = aliases(text) if named is None else named
     for m in _STRUCT.finditer(text):
         align_before, tag, align_after, body, typedef_name = m.groups()
         name = typedef_name or tag
@@ -172,7 +173,8 @@ def parse_signatures(source: str) -> dict[str, Signature]:
     Templates and C++-linkage kernels are left to the mangled-name decoder and the driver.
     """
     text = strip_comments(source)
-    structs, named = parse_structs(text), aliases(text)
+    named = aliases(text)
+    structs = parse_structs(text, named)
     out: dict[str, Signature] = {}
     for m in _KERNEL.finditer(text):
         if is_template(text, m.start()):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 import weakref
 from typing import Any, Sequence
 
@@ -175,8 +176,9 @@ _LAUNCH_KEYS: dict[tuple, tuple] = {}
 
 
 def launch_key(typestr: str, device: int) -> tuple:
-    """One interned token per (element typestr, device)."""
-    key = (typestr, device)
+    """One interned token per (element typestr, device); the typestr interned too, as the C
+    packer's table of foreign dtypes holds it, so matching one is a pointer test."""
+    key = (sys.intern(typestr), device)
     return _LAUNCH_KEYS.setdefault(key, key)
 
 
