@@ -3,6 +3,7 @@ same kernel, the devices taking turns), and launch throughput with one thread pe
 against one thread alone. Each result is checked on the device."""
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 
@@ -29,16 +30,23 @@ def _check(what: str, out: kjit.DeviceArray) -> None:
                          "launches did nothing")
 
 
+def _ratio_summary(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.3f}x [{min(ratios):.3f}-{max(ratios):.3f}]"
+
+
 def _per_launch_cost(obj) -> dict:
-    """µs per `k[1, 32](...)` on each device: the kernel of each device loaded from one
-    compile, launched in the main thread under kjit.Device(d)."""
+    """µs per `k[1, 32](...)` on each device, the devices taking turns each round: under
+    kjit.Device(d) with d's kernel, and on device 1's arrays with device 0 current (the
+    launch routed to device 1, its context pushed for the call). Per-round ratios to device 0."""
     state = {}
     for d in (0, 1):
         with kjit.Device(d):
             k = kjit.load(obj).get_function(f"k{NARGS}")
             out = kjit.zeros(16, np.float32)
         state[d] = (k, out, [out, *launch_args(NARGS)])
-    samples: dict[int, list[float]] = {0: [], 1: []}
+    k0 = state[0][0]
+    routed_args = state[1][2]
+    samples: dict[str, list[float]] = {"0": [], "1": [], "routed": []}
     for r in range(-1, ROUNDS):   # round -1 warms both up untimed
         for d in (0, 1):
             k, out, args = state[d]
@@ -46,12 +54,90 @@ def _per_launch_cost(obj) -> dict:
                 us = per_launch_us(lambda: k[1, 32](*args), kjit.synchronize,
                                    batches=BATCHES_PER_ROUND)
             if r >= 0:
-                samples[d].append(us)
+                samples[str(d)].append(us)
+        with kjit.Device(0):   # device 0 current, device 1's arrays: device 1 runs it
+            us = per_launch_us(lambda: k0[1, 32](*routed_args), kjit.synchronize,
+                               batches=BATCHES_PER_ROUND)
+        if r >= 0:
+            samples["routed"].append(us)
     for d in (0, 1):
         with kjit.Device(d):
+            kjit.synchronize()
             _check(f"device {d} launch loop", state[d][1])
-    return {"device 0 us per launch": min(samples[0]), "device 1 us per launch": min(samples[1]),
-            "device rounds": {d: [round(x, 3) for x in v] for d, v in samples.items()}}
+    per_round_1 = [b / a for a, b in zip(samples["0"], samples["1"])]
+    per_round_routed = [b / a for a, b in zip(samples["0"], samples["routed"])]
+    return {"device 0 us per launch": statistics.median(samples["0"]),
+            "device 1 us per launch": statistics.median(samples["1"]),
+            "device 1 / device 0": statistics.median(per_round_1),
+            "device 1 / device 0, per-round median [min-max]": _ratio_summary(per_round_1),
+            "device 1 arrays, device 0 current: us per launch": statistics.median(samples["routed"]),
+            "device 1 arrays, device 0 current / device 0": _ratio_summary(per_round_routed),
+            "device rounds": {k: [round(x, 3) for x in v] for k, v in samples.items()}}
+
+
+def _first_launch_on_each_device(count: int) -> dict:
+    """One @kjit.kernel never compiled before, launched first on device 0 then on each other
+    device: the compile happens once (the others are cache hits of the same arch), and each
+    other device pays only its module load."""
+    tag = time.time_ns()
+
+    @kjit.kernel
+    def fresh():
+        return launch_source(NARGS) + f"// {tag}\n"
+    events: list[str] = []
+    kjit.cache.add_listener(lambda e: events.append(e.event))
+    firsts = []
+    for d in range(count):
+        with kjit.Device(d):
+            out = kjit.zeros(16, np.float32)
+            kjit.synchronize()
+            t0 = time.perf_counter()
+            fresh[1, 32](out, *launch_args(NARGS))
+            firsts.append((time.perf_counter() - t0) * 1e3)
+            kjit.synchronize()
+            _check(f"first launch on device {d}", out)
+    return {"first launch on device 0 (compile + load) ms": firsts[0],
+            "first launch on another device (load only) ms": statistics.median(firsts[1:]),
+            f"compiles for {count} devices": events.count("miss")}
+
+
+def _raw_throughput(fn_name: str, devices: tuple[int, ...]) -> float:
+    """Launches per second of cuLaunchKernel called through ctypes with a prebuilt void**,
+    one thread per device: `CDLL` releases the GIL around each call, `PyDLL` holds it. What
+    Python threads can reach at all, and what holding the GIL across the driver call costs."""
+    import ctypes
+    lib = getattr(ctypes, fn_name)("libcuda.so.1")
+    obj = _raw_throughput.obj
+    ready = threading.Barrier(len(devices) + 1)
+    finished = threading.Barrier(len(devices) + 1)
+
+    def work(d: int) -> None:
+        with kjit.Device(d):
+            k = kjit.load(obj).get_function(f"k{NARGS}")
+            out = kjit.zeros(16, np.float32)
+            cells = [ctypes.c_uint64(out.ptr), ctypes.c_int(7), ctypes.c_float(2.5)]
+            params = (ctypes.c_void_p * 3)(*(ctypes.addressof(c) for c in cells))
+            launch = lib.cuLaunchKernel
+            func = ctypes.c_void_p(int(k.handle))
+            kjit.synchronize()
+            ready.wait()
+            for _ in range(THROUGHPUT_BATCHES):
+                for _ in range(PER_BATCH):
+                    launch(func, 1, 1, 1, 32, 1, 1, 0, None, params, None)
+                kjit.synchronize()
+            finished.wait()
+            _check(f"raw {fn_name} thread on device {d}", out)
+
+    threads = [threading.Thread(target=work, args=(d,)) for d in devices]
+    for t in threads:
+        t.start()
+    ready.wait()
+    t0 = time.perf_counter()
+    finished.wait()
+    elapsed = time.perf_counter() - t0
+    for t in threads:
+        t.join()
+    return len(devices) * THROUGHPUT_BATCHES * PER_BATCH / elapsed
 
 
 def _throughput(obj, devices: tuple[int, ...]) -> float:
@@ -115,8 +201,20 @@ def run() -> dict:
     for _ in range(THROUGHPUT_ROUNDS):
         one.append(_throughput(obj, (0,)))
         two.append(_throughput(obj, (0, 1)))
-    results["one thread, device 0: launches/s"] = max(one)
-    results["two threads, devices 0+1: launches/s"] = max(two)
-    results["two threads / one thread"] = max(two) / max(one)
+    results["one thread, device 0: launches/s"] = statistics.median(one)
+    results["two threads, devices 0+1: launches/s"] = statistics.median(two)
+    scaling = [b / a for a, b in zip(one, two)]
+    results["two threads / one thread"] = statistics.median(scaling)
+    results["two threads / one thread, per-round median [min-max]"] = _ratio_summary(scaling)
     results["throughput rounds"] = {"one": [round(x) for x in one], "two": [round(x) for x in two]}
+    _raw_throughput.obj = obj
+    for fn_name, what in (("CDLL", "GIL released"), ("PyDLL", "GIL held")):
+        raw_one, raw_two = [], []
+        for _ in range(3):
+            raw_one.append(_raw_throughput(fn_name, (0,)))
+            raw_two.append(_raw_throughput(fn_name, (0, 1)))
+        results[f"raw ctypes cuLaunchKernel, {what}: one thread launches/s"] = statistics.median(raw_one)
+        results[f"raw ctypes cuLaunchKernel, {what}: two threads / one"] = \
+            statistics.median([b / a for a, b in zip(raw_one, raw_two)])
+    results.update(_first_launch_on_each_device(count))
     return results

@@ -40,8 +40,9 @@ def _name_and_text(drv, err) -> tuple[str, str]:
 
 def raise_for(err, what: str, hint: str = "", context: Any = None) -> None:
     """Raise the DriverError for a non-success CUresult (or its int). A sticky error (a
-    fault inside a kernel) marks its context unusable (the current one unless `context` is
-    given): its message says so, and so does every later error in that context."""
+    fault inside a kernel) leaves the process unable to use CUDA (the device named is the
+    current context's unless `context` is given): its message says so, and so does every
+    later error."""
     drv = bindings()
     try:
         err = drv.CUresult(int(err))   # the C launch call returns a plain int
@@ -50,36 +51,40 @@ def raise_for(err, what: str, hint: str = "", context: Any = None) -> None:
     name, text = _name_and_text(drv, err)
     code = int(err)
     if name in _STICKY or _broken:
-        key, device = _context_of(context)
-        where = "this CUDA context" if device is None else f"the CUDA context of device {device}"
-        first = _broken.get(key)
+        _key, device = _context_of(context)
+        first = _broken.get(_PROCESS)
         if first is None and name in _STICKY:
-            if key is not None:
-                _broken[key] = (code, name, text, what)
-            hint = _join(hint, f"This error is sticky: {where} cannot be used any more, and every "
-                               "later CUDA call in it fails (in kjit and in PyTorch or CuPy, which "
-                               f"share it). Start a new process to use {_device_words(device)} again.")
+            _broken[_PROCESS] = (code, name, text, what, device)
+            hint = _join(hint, f"This error is sticky: the CUDA driver fails every later call of "
+                               f"this process, on {_device_words(device)} and on every other device "
+                               "alike (in kjit and in PyTorch or CuPy, which share the driver). "
+                               "Start a new process; with one process per GPU (torchrun, "
+                               "torch.multiprocessing) only this process is lost.")
         elif first is not None:
             if name != first[1]:   # another code (a puzzle on its own): report the cause
                 hint = _join(hint, f"(this call returned {name})")
                 code, name, text = first[0], first[1], first[2]
-            hint = _join(hint, f"{where} has been unusable since an earlier {first[1]} (reported "
-                               f"by {first[3]}); every CUDA call in it fails. Start a new process "
-                               f"to use {_device_words(device)} again.")
+            hint = _join(hint, f"CUDA has been unusable in this process since an earlier "
+                               f"{first[1]} on {_device_words(first[4])} (reported by {first[3]}); "
+                               "every CUDA call of this process fails, on every device. Start a "
+                               "new process.")
     elif name.startswith("CUDA_ERROR_STREAM_CAPTURE") or name == "CUDA_ERROR_CAPTURED_EVENT":
         hint = _join(hint, _CAPTURE_HINT)
     raise DriverError(code, name, call=what, description=text, hint=hint)
 
 
-# A fault inside a kernel (illegal address, trap, misaligned access...) corrupts its context:
-# the driver fails every later call in it, and only a new process gets the device back.
+# A fault inside a kernel (illegal address, trap, misaligned access...) is sticky: the driver
+# then fails every later call of the process, in every context of every device (retaining
+# another device's primary context included, from any thread), and only a new process gets
+# the GPUs back.
 _STICKY = frozenset({
     "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_TIMEOUT", "CUDA_ERROR_ASSERT",
     "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_ILLEGAL_INSTRUCTION",
     "CUDA_ERROR_MISALIGNED_ADDRESS", "CUDA_ERROR_INVALID_ADDRESS_SPACE", "CUDA_ERROR_INVALID_PC",
     "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_CONTAINED"})
-# (context, epoch) -> (code, name, description, call) of the first sticky error in it
-_broken: dict[tuple[int, int], tuple[int, str, str, str]] = {}
+# the process's first sticky error: (code, name, description, call, device ordinal or None)
+_PROCESS = "process"
+_broken: dict[str, tuple[int, str, str, str, int | None]] = {}
 
 _CAPTURE_HINT = (
     "A stream capture (CUDA graph) is in progress and this call cannot be part of it: make "
@@ -393,6 +398,47 @@ def ensure_context() -> Any:
         ctx = primary_context(getattr(_tls, "default_device", 0))
         call(bindings().cuCtxSetCurrent, ctx)
     return ctx
+
+
+def context_device(ctx: Any) -> int | None:
+    """The ordinal of the device a context runs on (None: no context, or one the driver does
+    not know)."""
+    if not ctx or not int(ctx):
+        return None
+    for ordinal, primary in _primary.items():
+        if int(primary) == int(ctx):
+            return ordinal
+    drv = bindings()
+    (err,) = drv.cuCtxPushCurrent(drv.CUcontext(int(ctx)))
+    if err:
+        return None
+    try:
+        err, dev = drv.cuCtxGetDevice()
+        return None if err else int(dev)
+    finally:
+        drv.cuCtxPopCurrent()
+
+
+class context_pushed:
+    """Within this block `ctx` is the thread's current context (pushed on its stack when
+    another one is current, popped at the end): a launch or load on a device that is not
+    the current one, leaving the thread's own choice of device as it was."""
+
+    __slots__ = ("ctx", "pushed")
+
+    def __init__(self, ctx: Any):
+        self.ctx = ctx
+
+    def __enter__(self) -> Any:
+        current = current_context()
+        self.pushed = current is None or int(current) != int(self.ctx)
+        if self.pushed:
+            call(bindings().cuCtxPushCurrent, self.ctx)
+        return self.ctx
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.pushed:
+            call(bindings().cuCtxPopCurrent)
 
 
 def set_default_device(ordinal: int) -> int:

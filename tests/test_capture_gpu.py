@@ -33,9 +33,14 @@ N = 1 << 14
 GRID = kjit.cdiv(N, 256)
 
 
-@pytest.fixture(params=[0, 1], ids=["device0", "device1"])
+@pytest.fixture(params=[0, 1, "last"], ids=["device0", "device1", "last_device"])
 def device(request):
+    """Devices 0 and 1, and the last one where there are more than two."""
     count = driver.device_count()
+    if request.param == "last":
+        if count < 3:
+            pytest.skip(f"needs three GPUs or more; this machine has {count}")
+        return count - 1
     if request.param >= count:
         pytest.skip(f"needs two GPUs; this machine has {count}")
     return request.param
@@ -55,7 +60,9 @@ def test_kjit_launches_are_recorded_in_a_torch_graph(device):
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):   # PyTorch's default: cudaStreamCaptureModeGlobal
+        # PyTorch's default mode (cudaStreamCaptureModeGlobal), on a stream of this device:
+        # torch.cuda.graph's own capture stream is made once, on the device current then
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
             capture = torch.cuda.current_stream()
             y.zero_()
             saxpy[GRID, 256, capture](2.0, x, y, N)
@@ -81,7 +88,7 @@ def test_dlpack_export_inside_a_torch_capture_does_not_synchronize(device):
         y = torch.zeros(N, device=f"cuda:{device}")
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
             view = torch.from_dlpack(arr)   # a synchronize here would invalidate the capture
             y.copy_(view * 2)
         graph.replay()
@@ -148,8 +155,8 @@ def test_a_sticky_fault_says_the_context_is_unusable_now_and_later():
     assert "bad_kernel" in first and "sticky" in first and "Start a new process" in first, first
     for tag in ("ALLOC", "LAUNCH"):   # later calls report the same cause, not a new puzzle
         assert lines[tag].startswith(f"{tag} CUDA_ERROR_ILLEGAL_ADDRESS"), lines[tag]
-        assert "unusable since an earlier CUDA_ERROR_ILLEGAL_ADDRESS" in lines[tag], lines[tag]
+        assert "unusable in this process since an earlier CUDA_ERROR_ILLEGAL_ADDRESS" in lines[tag], lines[tag]
         assert "Start a new process" in lines[tag], lines[tag]
     load = lines["LOAD"]   # loading may or may not reach the device; if it fails, it says why
     assert load == "LOAD NO ERROR" or (load.startswith("LOAD CUDA_ERROR_ILLEGAL_ADDRESS")
-                                       and "unusable since an earlier" in load), load
+                                       and "unusable in this process since an earlier" in load), load

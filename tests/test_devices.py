@@ -36,7 +36,7 @@ class DlpackArray:
 
 
 def test_dlpack_array_of_another_device_is_refused_naming_both():
-    with pytest.raises(ArgumentError, match="on device 1 but the kernel runs on device 0") as err:
+    with pytest.raises(ArgumentError, match="on device 1 but this launch runs on device 0") as err:
         packer(0).convert_all((DlpackArray(kDLCUDA, 1),), [])
     assert "enable_peer_access" in str(err.value)   # says how to use it in place on purpose
     assert packer(1).convert_all((DlpackArray(kDLCUDA, 1),), []) == [4096]
@@ -77,21 +77,31 @@ def raised(code: int, call: str, context: int) -> DriverError:
     return err.value
 
 
-def test_a_sticky_error_says_the_context_is_unusable_and_later_errors_say_the_same(
+def test_a_sticky_error_says_the_process_is_unusable_and_later_errors_say_the_same(
         fresh_sticky_record):
+    """After a fault on one device the driver fails every later call of the process, in every
+    context of every device (tests/test_devices_gpu.py sees it on two GPUs): the first error
+    says so, and every later one, in any context, names that cause."""
     ctx, other = 0x7F00_0000_1000, 0x7F00_0000_2000   # two contexts, as keys only
     first = raised(700, "cuCtxSynchronize", ctx)
     assert first.cuda_name == "CUDA_ERROR_ILLEGAL_ADDRESS" and first.code == 700
     assert "sticky" in str(first) and "new process" in str(first)
+    assert "every other device" in str(first)
     again = raised(700, "cuMemAlloc", ctx)                 # the same error from a later call
-    assert "unusable since an earlier CUDA_ERROR_ILLEGAL_ADDRESS (reported by cuCtxSynchronize)" \
-        in str(again)
+    assert "unusable in this process since an earlier CUDA_ERROR_ILLEGAL_ADDRESS" in str(again)
+    assert "(reported by cuCtxSynchronize)" in str(again)
     unrelated = raised(201, "cuModuleLoadDataEx", ctx)      # an unrelated code in that context
     assert unrelated.cuda_name == "CUDA_ERROR_ILLEGAL_ADDRESS" and unrelated.call == "cuModuleLoadDataEx"
     assert "this call returned CUDA_ERROR_INVALID_CONTEXT" in str(unrelated)
     assert "new process" in str(unrelated)
-    elsewhere = raised(1, "cuMemAlloc", other)              # another context is not affected
-    assert elsewhere.cuda_name == "CUDA_ERROR_INVALID_VALUE" and "unusable" not in str(elsewhere)
+    elsewhere = raised(700, "cuDevicePrimaryCtxRetain", other)   # another device's context
+    assert "unusable in this process since an earlier CUDA_ERROR_ILLEGAL_ADDRESS" in str(elsewhere)
+
+
+def test_without_a_sticky_error_other_errors_say_nothing_of_one(fresh_sticky_record):
+    err = raised(1, "cuMemAlloc", 0x7F00_0000_2000)
+    assert err.cuda_name == "CUDA_ERROR_INVALID_VALUE" and "unusable" not in str(err)
+    assert "sticky" not in str(err)
 
 
 def test_capture_errors_say_what_a_capture_cannot_hold():
@@ -116,7 +126,7 @@ class CaiArray:
 
 
 def test_a_declared_dlpack_device_decides_for_interface_arrays():
-    with pytest.raises(ArgumentError, match="on device 1 but the kernel runs on device 0"):
+    with pytest.raises(ArgumentError, match="on device 1 but this launch runs on device 0"):
         packer(0).convert_all((CaiArray((kDLCUDA, 1)),), [])
     assert packer(1).convert_all((CaiArray((kDLCUDA, 1)),), []) == [4096]
     assert packer(0).convert_all((CaiArray((kDLCUDAManaged, 1)),), []) == [4096]

@@ -172,6 +172,67 @@ def test_a_kernel_launched_under_another_device_runs_there(two_gpus, how):
     assert len(mod._handles) == 2                      # loaded once per device
 
 
+def devices_to_test() -> list[int]:
+    """Devices 0 and 1 and the last one: ordinals above 1 on machines of four or eight GPUs."""
+    count = driver.device_count()
+    return sorted({0, 1, count - 1})
+
+
+@pytest.mark.parametrize("how", ["kjit", "torch", "cupy"])
+def test_a_launch_runs_on_the_device_of_its_arrays_whatever_is_current(two_gpus, how):
+    """As a PyTorch operator runs on its tensors' device: device 0 stays current, the arrays
+    say where each launch runs; the thread's current context is left as it was."""
+    same_arch_or_skip()
+    with kjit.Device(0):
+        k = kjit.load(kjit.compile(SAXPY)).get_function("saxpy")   # a kernel of device 0
+    driver.ensure_context()
+    before = current_context()
+    for d in devices_to_test():
+        xh, yh = floats(), floats()
+        if how == "torch":
+            torch = pytest.importorskip("torch")
+            x, y = (torch.as_tensor(h, device=f"cuda:{d}") for h in (xh, yh))
+            get = lambda a: a.cpu().numpy()   # noqa: E731
+        elif how == "cupy":
+            cp = pytest.importorskip("cupy")
+            with cp.cuda.Device(d):
+                x, y = cp.asarray(xh), cp.asarray(yh)
+                cp.cuda.Device(d).synchronize()
+            get = cp.asnumpy
+        else:
+            with kjit.Device(d):
+                x, y = kjit.to_device(xh), kjit.to_device(yh)
+            get = lambda a: a.get()   # noqa: E731
+        saxpy[GRID, 256](2.0, x, y, N)           # @kjit.kernel: loaded on device d
+        k[GRID, 256](1.0, x, y, N)               # a kernel of device 0: its twin on d runs
+        k.launch(GRID, 256, 1.0, x, y, N)        # keywords: the same rule
+        assert current_context() == before, d
+        with kjit.Device(d):
+            kjit.synchronize()
+        np.testing.assert_allclose(get(y), 4 * xh.astype(np.float64) + yh, rtol=1e-5, atol=1e-5)
+    assert current_context() == before
+
+
+def test_kjit_arrays_copy_between_devices(two_gpus):
+    xh = floats()
+    chain = devices_to_test() + [0]
+    with kjit.Device(chain[0]):
+        a = kjit.to_device(xh)
+    for d in chain[1:]:
+        b = a.to(d)
+        assert b.device == d and (b is a) == (a.device == d)
+        np.testing.assert_array_equal(b.get(), xh)
+        with kjit.Device(d):
+            out = kjit.zeros(N, "float32")
+        saxpy[GRID, 256](1.0, b, out, N)         # a kernel on d reads it
+        with kjit.Device(d):
+            kjit.synchronize()
+        np.testing.assert_array_equal(out.get(), xh)
+        a = b
+    with pytest.raises(kjit.ArgumentError, match="device must be an ordinal"):
+        a.to(-1)
+
+
 def test_kjit_streams_of_device_1_work_and_those_of_device_0_are_refused(two_gpus):
     with kjit.Device(0):
         s0 = kjit.Stream()
@@ -183,9 +244,9 @@ def test_kjit_streams_of_device_1_work_and_those_of_device_0_are_refused(two_gpu
         s1.synchronize()
         np.testing.assert_allclose(y.get(), 2 * xh.astype(np.float64) + yh, rtol=1e-6, atol=1e-6)
         for stream in (s0, s0.ptr):
-            with pytest.raises(ArgumentError, match="stream is on device 0 but the launch runs on device 1"):
+            with pytest.raises(ArgumentError, match="arrays are on device 1 but the stream given is on device 0"):
                 saxpy[GRID, 256, stream](2.0, x, y, N)
-        with pytest.raises(ArgumentError, match="stream is on device 0 but the launch runs on device 1"):
+        with pytest.raises(ArgumentError, match="arrays are on device 1 but the stream given is on device 0"):
             saxpy.launch(GRID, 256, 2.0, x, y, N, stream=s0)
         kjit.synchronize()
         np.testing.assert_allclose(y.get(), 2 * xh.astype(np.float64) + yh, rtol=1e-6, atol=1e-6)
@@ -214,16 +275,16 @@ def test_torch_arrays_and_streams_on_device_1(two_gpus):
         s1.synchronize()
         torch.testing.assert_close(y, expect)
         x0 = torch.randn(N, device="cuda:0")
-        with pytest.raises(ArgumentError, match="stream is on device 0 but the launch runs on device 1"):
+        with pytest.raises(ArgumentError, match="arrays are on device 1 but the stream given is on device 0"):
             saxpy[GRID, 256, s0](2.0, x, y, N)
-        with pytest.raises(ArgumentError, match="array is on device 0 but the kernel runs on device 1"):
+        with pytest.raises(ArgumentError, match="arrays are on 2 devices \\('x' on device 0; 'y' on device 1\\)"):
             saxpy[GRID, 256](2.0, x0, y, N)
         torch.cuda.synchronize()
     torch.testing.assert_close(y, expect)   # the refused launches did nothing
     with torch.cuda.device(0):              # and the other way round
-        with pytest.raises(ArgumentError, match="stream is on device 1 but the launch runs on device 0"):
+        with pytest.raises(ArgumentError, match="arrays are on device 0 but the stream given is on device 1"):
             saxpy[GRID, 256, s1](2.0, x0, x0, N)
-        with pytest.raises(ArgumentError, match="array is on device 1 but the kernel runs on device 0"):
+        with pytest.raises(ArgumentError, match="'y' on device 0; 'x' on device 1"):
             saxpy[GRID, 256](2.0, x, x0, N)
 
     class DlpackOnly:   # a device-1 array known only through DLPack
@@ -251,9 +312,9 @@ def test_cupy_arrays_and_streams_on_device_1(two_gpus):
             saxpy[GRID, 256, stream](1.0, x, y, N)
         s1.synchronize()
         np.testing.assert_allclose(cp.asnumpy(y), 2 * xh.astype(np.float64) + yh, rtol=1e-6, atol=1e-6)
-        with pytest.raises(ArgumentError, match="stream is on device 0 but the launch runs on device 1"):
+        with pytest.raises(ArgumentError, match="arrays are on device 1 but the stream given is on device 0"):
             saxpy[GRID, 256, s0](1.0, x, y, N)
-        with pytest.raises(ArgumentError, match="array is on device 0 but the kernel runs on device 1"):
+        with pytest.raises(ArgumentError, match="'x' on device 0; 'y' on device 1"):
             saxpy[GRID, 256](1.0, x0, y, N)
         cp.cuda.Device(1).synchronize()
         np.testing.assert_allclose(cp.asnumpy(y), 2 * xh.astype(np.float64) + yh, rtol=1e-6, atol=1e-6)
@@ -282,9 +343,10 @@ def test_one_thread_per_gpu_launching_together(two_gpus, how):
     if how == "torch":
         torch = pytest.importorskip("torch")
     rounds = 300
-    inputs = {d: floats() for d in (0, 1)}
+    devices = list(range(driver.device_count()))
+    inputs = {d: floats() for d in devices}
     results, seen, errors = {}, {}, []
-    barrier = threading.Barrier(2)
+    barrier = threading.Barrier(len(devices))
     main_before = current_context()
 
     def work(d: int) -> None:
@@ -310,19 +372,19 @@ def test_one_thread_per_gpu_launching_together(two_gpus, how):
         except BaseException as exc:  # reported by the main thread
             errors.append((d, exc))
             barrier.abort()
-    threads = [threading.Thread(target=work, args=(d,)) for d in (0, 1)]
+    threads = [threading.Thread(target=work, args=(d,)) for d in devices]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=300)
     assert not errors, errors
-    for d in (0, 1):
+    for d in devices:
         np.testing.assert_allclose(results[d], rounds * inputs[d].astype(np.float64), rtol=1e-4, atol=1e-4)
         fresh, during, primary = seen[d][:3]
         assert fresh == 0 and during == primary      # each thread ran in its own device's context
         if how == "kjit":
             assert seen[d][3] == 0                   # and kjit.Device left no context behind
-    assert seen[0][1] != seen[1][1]
+    assert len({seen[d][1] for d in devices}) == len(devices)
     assert current_context() == main_before          # nothing leaked into the main thread
 
 
@@ -348,6 +410,59 @@ def pci_bus_id(ordinal: int) -> str:
     return (bus.decode() if isinstance(bus, bytes) else str(bus)).split(chr(0))[0]
 
 
+SPAWNED = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    import torch.multiprocessing as mp
+
+    SRC = ('extern "C" __global__ void twice(const float* x, float* y, int n) {'
+           ' int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2 * x[i]; }')
+
+    def rank(local_rank, out_dir, tag):
+        os.environ["LOCAL_RANK"] = str(local_rank)    # as torchrun sets it
+        import kjit
+        events = []
+        kjit.cache.add_listener(lambda e: events.append(e.event))
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+
+        @kjit.kernel
+        def twice():
+            return SRC + f"// {tag}\\n"
+        n = 1 << 16
+        x = torch.arange(n, device="cuda", dtype=torch.float32)
+        y = torch.empty_like(x)
+        for _ in range(50):
+            twice[n // 256, 256](x, y, n)
+        torch.cuda.synchronize()
+        ok = bool(torch.equal(y, 2 * x)) and y.device.index == local_rank
+        with open(os.path.join(out_dir, f"{local_rank}.json"), "w") as f:
+            json.dump({"ok": ok, "events": events}, f)
+
+    if __name__ == "__main__":
+        mp.spawn(rank, args=(sys.argv[1], sys.argv[2]), nprocs=torch.cuda.device_count())
+''')
+
+
+def test_one_process_per_gpu_spawned_with_local_rank_compiles_once(two_gpus, tmp_path):
+    """torch.multiprocessing.spawn, one rank per GPU, each choosing its GPU by LOCAL_RANK as a
+    torchrun script does: every rank right on its own device, one compile for all of them
+    (the others find it in the shared disk cache)."""
+    pytest.importorskip("torch")
+    same_arch_or_skip()
+    script = tmp_path / "ranks.py"
+    script.write_text(SPAWNED)
+    path = os.pathsep.join([str(Path(kjit.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "KJIT_CACHE_DIR": str(tmp_path / "cache")}
+    res = subprocess.run([sys.executable, str(script), str(tmp_path), str(rng.integers(2**31))],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    import json
+    ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(driver.device_count())]
+    assert all(r["ok"] for r in ranks), ranks
+    misses = sum(r["events"].count("miss") for r in ranks)
+    assert misses == 1, ranks   # one compile; every other rank a hit
+
+
 def test_one_process_per_gpu_with_cuda_visible_devices(two_gpus):
     path = os.pathsep.join([str(Path(kjit.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
     procs = {d: subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE,
@@ -363,24 +478,56 @@ def test_one_process_per_gpu_with_cuda_visible_devices(two_gpus):
 
 
 STICKY_ELSEWHERE = textwrap.dedent('''
-    import numpy as np, kjit
+    import sys, threading, kjit
+    mode = sys.argv[1]
+    src = 'extern "C" __global__ void fill(int* p) { p[threadIdx.x] = 7; }'
+    code = kjit.compile(src)
+    if mode == "ready":   # device 1's context made, module loaded and launched before the fault
+        with kjit.Device(1):
+            fill1, out1 = kjit.load(code).get_function("fill"), kjit.zeros(32, "int32")
+            fill1[1, 32](out1)
+            kjit.synchronize()
     bad = kjit.load(kjit.compile('extern "C" __global__ void bad_kernel(int* p) { p[threadIdx.x] = 1; }'))
     bad.get_function("bad_kernel")[1, 32](kjit.ptr(8))
     try:
         kjit.synchronize()
     except kjit.DriverError as e:
-        print("DEVICE0", e.cuda_name)
-    with kjit.Device(1):
-        src = 'extern "C" __global__ void fill(int* p) { p[threadIdx.x] = 7; }'
-        out = kjit.zeros(32, "int32")
-        kjit.load(kjit.compile(src)).get_function("fill")[1, 32](out)
-        print("DEVICE1", out.get().tolist() == [7] * 32)
+        print("DEVICE0", e.cuda_name, "every other device" in str(e))
+    def on_device_1():
+        try:
+            with kjit.Device(1):
+                if mode == "ready":
+                    fill, out = fill1, out1
+                else:
+                    fill, out = kjit.load(code).get_function("fill"), kjit.zeros(32, "int32")
+                fill[1, 32](out)
+                print("DEVICE1", out.get().tolist() == [7] * 32)
+        except kjit.DriverError as e:
+            said = "unusable in this process since an earlier CUDA_ERROR_ILLEGAL_ADDRESS on device 0" in str(e)
+            print("DEVICE1 refused", e.cuda_name, said)
+    if mode == "thread":
+        t = threading.Thread(target=on_device_1)
+        t.start()
+        t.join()
+    else:
+        on_device_1()
 ''')
 
 
-def test_a_fault_on_one_device_leaves_the_other_usable(two_gpus):
+@pytest.mark.parametrize("mode", ["fresh", "thread", "ready"])
+def test_a_fault_on_one_device_ends_cuda_for_the_process_and_says_so(two_gpus, mode):
+    """What the driver allows after a sticky error on device 0 (driver 580, two H100s): no
+    CUDA call of the process succeeds any more on device 1 either: not making its context
+    (from the faulting thread or another one), nor launching in a context made before the
+    fault. kjit's errors say exactly that, naming the first fault; a new process is the only
+    way back, which one process per GPU limits to that GPU's rank."""
     path = os.pathsep.join([str(Path(kjit.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
-    res = subprocess.run([sys.executable, "-c", STICKY_ELSEWHERE], capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "PYTHONPATH": path})
-    assert "DEVICE0 CUDA_ERROR_ILLEGAL_ADDRESS" in res.stdout, res.stdout + res.stderr
-    assert "DEVICE1 True" in res.stdout, res.stdout + res.stderr
+    res = subprocess.run([sys.executable, "-c", STICKY_ELSEWHERE, mode], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": path})
+    assert "DEVICE0 CUDA_ERROR_ILLEGAL_ADDRESS True" in res.stdout, res.stdout + res.stderr
+    assert "DEVICE1 refused CUDA_ERROR_ILLEGAL_ADDRESS True" in res.stdout, res.stdout + res.stderr
+    # and a new process has device 1 back
+    res = subprocess.run([sys.executable, "-c", CHILD],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": "1"})
+    assert res.returncode == 0 and res.stdout.startswith("OK"), res.stdout + res.stderr

@@ -168,7 +168,7 @@ def test_array_on_another_device_is_refused():
     # describes device 1 memory (allocates nothing, never dereferenced)
     arr = DeviceArray(4, np.float32, ptr=4096, device=1)
     pk = packer_for(r'extern "C" __global__ void k(const float* x) {}', "k")   # runs on device 0
-    with pytest.raises(ArgumentError, match="on device 1 but the kernel runs on device 0"):
+    with pytest.raises(ArgumentError, match="on device 1 but this launch runs on device 0"):
         pk.convert_all((arr,), [])
     for pack in _packers():   # nor the packing step of a launch, in C or Python
         with pytest.raises(ArgumentError, match="device 1"):

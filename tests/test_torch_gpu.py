@@ -442,13 +442,43 @@ def test_tensors_a_kernel_cannot_read_are_refused_after_learning_too():
     assert torch.all(x[8:] == 2) and torch.all(x[:8] == 0)
 
 
-def test_a_tensor_on_another_device_is_refused():
+def test_tensors_on_two_devices_are_refused_naming_both():
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs; this machine has one")
     x = torch.randn(N, device="cuda:1")
     y = torch.zeros(N, device="cuda:0")
-    with pytest.raises(ArgumentError, match=r"'x'.*cuda:1.*device 0"):
+    with pytest.raises(ArgumentError, match=r"arrays are on 2 devices \('y' on device 0; 'x' on device 1\)"):
         saxpy[GRID, 256](2.0, x, y, N)
+
+
+@pytest.mark.parametrize("device", range(8), ids=lambda d: f"cuda{d}")
+def test_operators_run_on_their_tensors_device_whatever_is_current(ops, device):
+    """As every PyTorch operator does: eager, under torch.compile (CUDA graphs included) and
+    autograd, with device 0 current throughout."""
+    if device >= torch.cuda.device_count() or (device > 1 and device != torch.cuda.device_count() - 1):
+        pytest.skip(f"device {device}: the first two and the last of the "
+                    f"{torch.cuda.device_count()} GPUs here are tested")
+    axpy, sc = ops
+    torch.cuda.set_device(0)
+    dev = f"cuda:{device}"
+    x, y = torch.randn(N, device=dev), torch.randn(N, device=dev)
+    expect = 2 * x + y
+    axpy(2.0, x, y, N)
+    torch.testing.assert_close(y, expect)
+    xd = torch.randn(N, device=dev, dtype=torch.float64, requires_grad=True)
+    wd = torch.randn(N, device=dev, dtype=torch.float64, requires_grad=True)
+    out = sc(xd, wd, N)
+    assert out.device == xd.device
+    out.sum().backward()
+    torch.testing.assert_close(xd.grad, (wd * wd).detach())
+    for mode in ("default", "reduce-overhead"):
+        compiled = torch.compile(lambda a, b: sc(a, b, a.numel()) * 2, mode=mode, fullgraph=True)
+        for _ in range(4):   # reduce-overhead records a CUDA graph on this device, then replays
+            a = torch.randn(N, device=dev, dtype=torch.float64)
+            b = torch.randn(N, device=dev, dtype=torch.float64)
+            torch.testing.assert_close(compiled(a, b), 2 * a * b * b)
+    torch.cuda.synchronize(device)
+    assert torch.cuda.current_device() == 0
 
 
 def test_the_training_example_trains_under_torch_compile(capsys):

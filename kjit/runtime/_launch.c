@@ -19,7 +19,11 @@
 typedef int (*launch_fn)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                          unsigned, void*, void**, void**);
 typedef int (*pointer_attrs_fn)(unsigned, int*, void**, unsigned long long);
+typedef int (*ctx_push_fn)(void*);
+typedef int (*ctx_pop_fn)(void**);
 static launch_fn cu_launch = NULL;
+static ctx_push_fn cu_ctx_push = NULL;
+static ctx_pop_fn cu_ctx_pop = NULL;
 static kjit_ctx_current_fn cu_ctx_current = NULL;
 static pointer_attrs_fn cu_pointer_attrs = NULL;
 
@@ -35,11 +39,15 @@ static PyObject* bind(PyObject* self, PyObject* noargs) {
     void* launch_sym = dlsym(h, "cuLaunchKernel");
     void* current_sym = dlsym(h, "cuCtxGetCurrent");
     void* attrs_sym = dlsym(h, "cuPointerGetAttributes");
-    if (!launch_sym || !current_sym || !attrs_sym) {
-        PyErr_SetString(PyExc_OSError, "libcuda.so.1 lacks cuLaunchKernel, cuCtxGetCurrent or "
-                        "cuPointerGetAttributes");
+    void* push_sym = dlsym(h, "cuCtxPushCurrent_v2");
+    void* pop_sym = dlsym(h, "cuCtxPopCurrent_v2");
+    if (!launch_sym || !current_sym || !attrs_sym || !push_sym || !pop_sym) {
+        PyErr_SetString(PyExc_OSError, "libcuda.so.1 lacks cuLaunchKernel, cuCtxGetCurrent, "
+                        "cuPointerGetAttributes or cuCtxPush/PopCurrent");
         return NULL;
     }
+    cu_ctx_push = (ctx_push_fn)push_sym;
+    cu_ctx_pop = (ctx_pop_fn)pop_sym;
     cu_ctx_current = (kjit_ctx_current_fn)current_sym;
     kjit_tables_bind(cu_ctx_current);
     cu_pointer_attrs = (pointer_attrs_fn)attrs_sym;
@@ -218,12 +226,15 @@ static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
 }
 
 /* Launcher: one kernel launch configuration as a callable, `k[grid, block]`. Its call packs
- * and launches in C; anything else (another thread, another current context, an argument
- * the C packer declines, a wrong count, keywords) goes to `fallback`, the Python launcher for
- * the same configuration, which does the whole launch itself (on the current device) and
- * raises kjit's errors; a failed launch goes to `on_error`, which raises its error. A configuration given no stream (L_AUTO_STREAM)
- * launches on the current stream of its arrays' framework (kjit_framework_stream). */
-enum { L_AUTO_STREAM = 1, L_GRAD_OK = 2 };
+ * and launches in C; anything else (another thread, an argument the C packer declines, a
+ * wrong count, keywords) goes to `fallback`, the Python launcher for the same configuration,
+ * which routes the launch to its arrays' device and raises kjit's errors; a failed launch
+ * goes to `on_error`, which raises its error. A configuration given no stream (L_AUTO_STREAM)
+ * launches on the current stream of its arrays' framework (kjit_framework_stream).
+ * While another context is current, a kernel with array parameters (L_HAS_ARRAYS) whose
+ * arrays all matched their tokens, so all live on this kernel's device, launches here with
+ * its context pushed for the call, as a PyTorch operator runs on its tensors' device. */
+enum { L_AUTO_STREAM = 1, L_GRAD_OK = 2, L_HAS_ARRAYS = 4 };
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -252,9 +263,12 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     void* current = NULL;
     if (kwnames || PyThread_get_thread_ident() != L->owner ||
-            nargs != PyBytes_GET_SIZE(L->spec) / 8 || !cu_launch ||
-            cu_ctx_current(&current) != 0 || (uint64_t)(uintptr_t)current != *L->ctx)
+            nargs != PyBytes_GET_SIZE(L->spec) / 8 || !cu_launch || cu_ctx_current(&current) != 0)
         return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
+    /* another context current: only a launch its arrays tie to this device stays in C */
+    int elsewhere = (uint64_t)(uintptr_t)current != *L->ctx;
+    if (elsewhere && (!(L->flags & L_HAS_ARRAYS) || *L->ctx == UINT64_MAX))
+        return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
     int seen = 0;
     Py_ssize_t r = pack_args(PyBytes_AS_STRING(L->spec), nargs, L->tokens, args, L->buf,
                              (PyTypeObject*)L->array_type, &seen, L->flags & L_GRAD_OK);
@@ -265,9 +279,17 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     Py_INCREF(L->name);
     if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
     int err;
+    void* ctx = (void*)(uintptr_t)*L->ctx;
     Py_BEGIN_ALLOW_THREADS  /* the driver may block when its queue is full */
-    err = cu_launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
-                    L->dims[5], L->dims[6], stream, L->params, NULL);
+    err = elsewhere ? cu_ctx_push(ctx) : 0;
+    if (!err) {
+        err = cu_launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
+                        L->dims[5], L->dims[6], stream, L->params, NULL);
+        if (elsewhere) {
+            void* popped = NULL;
+            cu_ctx_pop(&popped);
+        }
+    }
     Py_END_ALLOW_THREADS
     if (err) return PyObject_CallFunction(L->on_error, "iK", err, (unsigned long long)(uintptr_t)stream);
     Py_RETURN_NONE;

@@ -28,8 +28,9 @@ from .launch_ex import _dim3, launch_ex
 from .launchers import AUTO_STREAM, GRAD_OK, launch_call
 from .memory import PendingCopies
 from .params import Packer, ParamSlot
+from .pointers import arguments_device
 from .stream import (OPERATOR_STREAM, as_handle, capture_hint, check_stream_context,
-                     framework_stream)
+                     framework_stream, stream_owner)
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 _MAX_CONFIGS = 512
@@ -96,6 +97,25 @@ class LaunchConfig(NamedTuple):
 # the launchers compare addresses only.
 _kernels_by_context: dict[int, "weakref.WeakSet[Kernel]"] = {}
 _NO_CONTEXT = 2**64 - 1   # never a context's address, nor 0 (no context current)
+
+
+def wrong_stream_device(kernel: str, device: int, stream_device: int) -> str:
+    """The refusal of a stream of another device than the launch's arrays."""
+    return (f"kernel {kernel!r}: its arrays are on device {device} but the stream given is on "
+            f"device {stream_device}. Pass a stream of device {device} "
+            f"(torch.cuda.Stream(device={device}), kjit.Stream() under kjit.Device({device})), or "
+            "name none: the launch then runs on the current stream of device "
+            f"{device}. (torch.cuda.graph captures on one stream it makes the first time it is "
+            f"used, on the device current then: capture on device {device} with "
+            f"torch.cuda.graph(g, stream=torch.cuda.Stream(device={device})).)")
+
+
+def _current_in(kernel: "Kernel", run: Callable[[], Any]) -> Any:
+    """run() with the kernel's context current: as it is, or pushed for the call."""
+    if kernel._current() == kernel._ctx:
+        return run()
+    with driver.context_pushed(kernel.context):
+        return run()
 
 
 def _forget_context(ctx: int) -> None:
@@ -181,11 +201,16 @@ class Kernel(_KernelBase):
         if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
             raise ArgumentError("launch configuration is k[grid, block], k[grid, block, stream] "
                                 "or k[grid, block, stream, shared_mem]")
+        given = config[2] if len(config) > 2 else None
         here = self._in_current_context()
-        if here is not self:   # another device is current: its twin configures (and caches) it
+        owner = self._for_stream(given, here)
+        if owner is not here:   # a stream of another device: the launch runs there, wherever
+            launcher = owner[config]   # the thread is, so the launcher serves from here too
+            self._cache_launcher(config, launcher)
+            return launcher
+        if here is not self:   # another device is current: its kernel configures (and caches) it
             return here[config]
         grid, block = _dim3(config[0], "grid"), _dim3(config[1], "block")
-        given = config[2] if len(config) > 2 else None
         flags = AUTO_STREAM | GRAD_OK if given is OPERATOR_STREAM else \
             AUTO_STREAM if given is None else 0
         stream = None   # none given: the arrays' framework's current stream, per launch
@@ -197,13 +222,16 @@ class Kernel(_KernelBase):
         shared = config[3] if len(config) > 3 else 0
         self._check_shared(shared)
         launcher = launchers.build(self, self._fill, (*grid, *block), shared, stream, config, flags)
+        self._cache_launcher(config, launcher)
+        return launcher
+
+    def _cache_launcher(self, config: Any, launcher: Callable[..., None]) -> None:
         if len(self._configs) >= _MAX_CONFIGS:
             self._configs.clear()
         try:
             self._configs[config] = launcher
         except TypeError:  # unhashable stream object: don't cache
             pass
-        return launcher
 
     def _context_destroyed(self) -> None:
         """kjit destroyed this kernel's context: its handle is dead. Every launcher of it,
@@ -236,10 +264,9 @@ class Kernel(_KernelBase):
                         stream, cooperative, cluster)
 
     def _launch_ex(self, grid, block, args, shared_mem, stream, cooperative, cluster) -> None:
-        here = self._in_current_context()
-        if here is not self:
-            return here._launch_ex(grid, block, args, shared_mem, stream, cooperative, cluster)
-        launch_ex(self, grid, block, args, shared_mem, stream, cooperative, cluster)
+        here = self._for_arguments(args, stream)
+        _current_in(here, lambda: launch_ex(here, grid, block, args, shared_mem, stream,
+                                            cooperative, cluster))
 
     def as_torch_op(self, name: str, *, grid: Any, block: Any, shared_mem: int = 0,
                     outputs: dict[str, Any] | None = None) -> Any:
@@ -267,12 +294,58 @@ class Kernel(_KernelBase):
             return self
         return self.module.get_function(self.name)
 
+    def _twin_on(self, device: int) -> "Kernel":
+        """The module's kernel of this name in device `device`'s primary context."""
+        if device == self.device and self._ctx != _NO_CONTEXT and \
+                int(driver.primary_context(device)) == self._ctx:
+            return self
+        with driver.context_pushed(driver.primary_context(device)):
+            return self.module.get_function(self.name)
+
+    def _for_stream(self, given: Any, here: "Kernel | None" = None) -> "Kernel":
+        """The kernel a configuration naming stream `given` belongs to: the current context's
+        (`here`), or, for a stream of another device's primary context, that device's."""
+        here = here or self._in_current_context()
+        if given is None or given is OPERATOR_STREAM:
+            return here
+        owner = stream_owner(as_handle(given))
+        if owner is None or owner == here._ctx:
+            return here
+        device = driver.context_device(owner)
+        if device is None or int(driver.primary_context(device)) != owner:
+            return here   # another context of this device: its own check refuses it
+        return self._twin_on(device)
+
+    def _for_arguments(self, args: tuple, given: Any) -> "Kernel":
+        """The kernel a launch with these arguments runs: on the device of its arrays (the
+        stream named, if any, must be there), else on the stream's or the current device."""
+        device = arguments_device(self.name, self.params, args)
+        if device is None:
+            return self._for_stream(given)
+        if given is not None and given is not OPERATOR_STREAM:
+            stream = as_handle(given)
+            owner = stream_owner(stream)
+            sdev = driver.context_device(owner) if owner is not None else None
+            if sdev is not None and sdev != device:
+                raise ArgumentError(wrong_stream_device(self.name, device, sdev))
+        if device == self.device:   # the current context's kernel, if it is on that device
+            here = self._in_current_context()
+            if here.device == device:
+                return here
+        return self._twin_on(device)
+
     def _launch_elsewhere(self, args, config, gx, gy, gz, bx, by, bz, shmem, stream) -> None:
-        """A launch the fast path handed over: while another context is current (its twin
-        launches it), or from a thread other than the kernel's first (per-call buffers)."""
-        here = self._in_current_context()
+        """A launch the fast path handed over: on another device than this kernel's or while
+        another context is current (routed by its arguments), or from a thread other than the
+        kernel's first (per-call buffers)."""
+        given = config[2] if isinstance(config, tuple) and len(config) > 2 else None
+        here = self._for_arguments(args, given)
         if here is not self:
-            return here[config](*args)
+            return _current_in(here, lambda: here[config](*args))
+        _current_in(self, lambda: self._launch_with_own_buffers(args, gx, gy, gz, bx, by, bz,
+                                                                shmem, stream))
+
+    def _launch_with_own_buffers(self, args, gx, gy, gz, bx, by, bz, shmem, stream) -> None:
         if stream is None:
             stream = framework_stream(args, self.device, self.name)
             stream = stream if self._c_launch else as_handle(stream)

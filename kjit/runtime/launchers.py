@@ -10,19 +10,23 @@ the Python launcher built here from the same parts.
 """
 from __future__ import annotations
 
+import struct
 import threading
 from operator import itemgetter
 from typing import Any, Callable
 
 from .. import driver
+from ..errors import ArgumentError
 from . import context as context_mod
 from . import torch_compile
 from .libcuda import c_function
 from .memory import DeviceArray, PendingCopies
-from .pointers import detach_grads
+from .pointers import arguments_device, detach_grads
 from .stream import as_handle, framework_stream
 
-AUTO_STREAM, GRAD_OK = 1, 2   # launcher flags; kjit/runtime/_launch.c keeps the same numbers
+# launcher flags; kjit/runtime/_launch.c keeps the same numbers
+AUTO_STREAM, GRAD_OK, HAS_ARRAYS = 1, 2, 4
+_ARRAY_KINDS = (20, 21)   # the C packer's array kinds (params.Packer.c_kind)
 
 
 def build(kernel: Any, fill: Callable[[tuple, list], None], dims: tuple, shared: int,
@@ -36,6 +40,8 @@ def build(kernel: Any, fill: Callable[[tuple, list], None], dims: tuple, shared:
     if make is None or kernel._packer.python_slots:
         return launch
     spec, tokens = kernel._packer.c_spec()
+    if any(kind in _ARRAY_KINDS for kind, _offset in struct.iter_unpack("<ii", spec)):
+        flags |= HAS_ARRAYS   # its arrays say which device a launch is for
 
     def failed(err: int, s: int) -> None:
         kernel._launch_failed(err, *dims, shared, s, kernel._ptrs_addr, pending)
@@ -70,7 +76,15 @@ def _python_launcher(kernel: Any, fill: Callable[[tuple, list], None], dims: tup
             s = framework_stream(arrays(args), device, name)
             s = as_handle(s) if bindings else s
         pending.stream = s
-        fill(args, pending)
+        try:
+            fill(args, pending)
+        except ArgumentError:
+            pending.clear()
+            # arrays of another device: the launch belongs there (arrays on two devices are
+            # refused here, naming them)
+            if arguments_device(name, kernel.params, args) in (None, device):
+                raise
+            return elsewhere(args, config, gx, gy, gz, bx, by, bz, shared, stream)
         last[0] = name
         err = call(func, gx, gy, gz, bx, by, bz, shared, s, params)
         if err:

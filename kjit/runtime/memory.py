@@ -32,6 +32,24 @@ def _legacy_stream_sync() -> None:
     driver.call(driver.bindings().cuStreamSynchronize, driver.bindings().CUstream(0))
 
 
+def _order_after_legacy(stream: Any) -> None:
+    """Make a DLPack consumer's stream (1: the legacy one) wait for the work kjit queued on the
+    current context's legacy stream (its copies and zero fills), with an event: no host wait.
+    Nothing is done while the stream is being captured: a capture records no such wait, and
+    any call on the legacy stream would invalidate it."""
+    from .stream import capture_state
+    handle = int(stream)
+    if handle in (0, 1) or capture_state(handle) is not None:
+        return
+    drv = driver.bindings()
+    event = driver.call(drv.cuEventCreate, drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+    try:
+        driver.call(drv.cuEventRecord, event, drv.CUstream(0))
+        driver.call(drv.cuStreamWaitEvent, drv.CUstream(handle), event, 0)
+    finally:
+        drv.cuEventDestroy(event)
+
+
 class DeviceArray:
     """An n-dimensional array in device memory (C-contiguous unless made from a view).
 
@@ -42,7 +60,8 @@ class DeviceArray:
     """
 
     __slots__ = ("ptr", "shape", "typestr", "itemsize", "strides", "nbytes", "device",
-                 "is_c_contiguous", "launch_key", "_dtype", "_base", "_finalizer", "__weakref__")
+                 "is_c_contiguous", "launch_key", "_dtype", "_base", "_finalizer", "_ctx",
+                 "__weakref__")
 
     def __init__(self, shape: int | Sequence[int], dtype: Any = "float32", *, ptr: int | None = None,
                  strides: Sequence[int] | None = None, device: int | None = None, base: Any = None):
@@ -62,8 +81,9 @@ class DeviceArray:
         self._base = base
         self._finalizer = None
         self.launch_key = None
+        self._ctx = None   # where it was allocated; None: its device's primary context
         if ptr is None:
-            ctx = driver.ensure_context()
+            ctx = self._ctx = driver.ensure_context()
             self.device = driver.current_device() if device is None else device
             self.ptr = int(driver.call(driver.bindings().cuMemAlloc, max(self.nbytes, 1)))
             self._finalizer = weakref.finalize(self, _free, self.ptr, ctx, driver.context_epoch(ctx))
@@ -109,9 +129,9 @@ class DeviceArray:
         self._require_contiguous("copy_from_host")
         host = np.ascontiguousarray(host)
         if self.nbytes:
-            driver.ensure_context()
-            driver.call(driver.bindings().cuMemcpyHtoD, self.ptr, host.ctypes.data, self.nbytes)
-            _legacy_stream_sync()
+            with self._home():
+                driver.call(driver.bindings().cuMemcpyHtoD, self.ptr, host.ctypes.data, self.nbytes)
+                _legacy_stream_sync()
         return self
 
     def copy_to_host(self, out: Any = None, stream: Any = None) -> Any:
@@ -122,8 +142,8 @@ class DeviceArray:
         elif out.dtype != self.dtype or out.size != self.size or not out.flags.c_contiguous:
             raise ArgumentError("out must be a C-contiguous host array of the same dtype and size")
         if self.nbytes:
-            driver.ensure_context()
-            driver.call(driver.bindings().cuMemcpyDtoH, out.ctypes.data, self.ptr, self.nbytes)
+            with self._home():
+                driver.call(driver.bindings().cuMemcpyDtoH, out.ctypes.data, self.ptr, self.nbytes)
         return out
 
     def get(self) -> Any:
@@ -132,10 +152,32 @@ class DeviceArray:
 
     def fill_zero(self) -> "DeviceArray":
         if self.nbytes:
-            driver.ensure_context()
-            driver.call(driver.bindings().cuMemsetD8, self.ptr, 0, self.nbytes)
-            _legacy_stream_sync()
+            with self._home():
+                driver.call(driver.bindings().cuMemsetD8, self.ptr, 0, self.nbytes)
+                _legacy_stream_sync()
         return self
+
+    def to(self, device: int) -> "DeviceArray":
+        """A copy of this array on device `device` (this array itself if it is there already),
+        copied device to device (cuMemcpyPeer: over NVLink or PCIe, through the host where the
+        devices have no peer access)."""
+        if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+            raise ArgumentError(f"device must be an ordinal (int >= 0), got {device!r}")
+        if device == self.device:
+            return self
+        self._require_contiguous("to")
+        with driver.context_pushed(driver.primary_context(device)):
+            out = DeviceArray(self.shape, self.typestr, device=device)
+        if self.nbytes:
+            drv = driver.bindings()
+            with self._home() as src_ctx:
+                driver.call(drv.cuMemcpyPeer, out.ptr, out._ctx, self.ptr, src_ctx, self.nbytes)
+        return out
+
+    def _home(self) -> "driver.context_pushed":
+        """Its context made current for a call: copies, waits and frees go to its device."""
+        return driver.context_pushed(self._ctx if self._ctx is not None
+                                     else driver.primary_context(self.device))
 
     def _require_contiguous(self, what: str) -> None:
         if not self.is_c_contiguous:
@@ -153,10 +195,8 @@ class DeviceArray:
                     copy: Any = None) -> Any:
         from .dlpack import to_capsule
         if stream is not None and stream != -1:
-            from .stream import capture_state
-            if capture_state(stream) is None:   # no synchronizing inside a graph capture
-                from .context import synchronize
-                synchronize()  # our work runs on the legacy stream; make it visible to the consumer's
+            with self._home():
+                _order_after_legacy(stream)
         return to_capsule(self)
 
     def __dlpack_device__(self) -> tuple[int, int]:

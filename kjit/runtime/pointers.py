@@ -98,9 +98,9 @@ def tensor_pointer(slot: ParamSlot, t: Any, device: int, grad_ok: bool = False,
             f"memory. Move it to the GPU first: x.to('cuda:{device}') (or create it there)")
     if where.index is not None and where.index != device:
         raise ArgumentError(
-            f"{slot.describe()}: the tensor is on cuda:{where.index} but the kernel runs on "
-            f"device {device} (the current device). Move it with x.to('cuda:{device}'), or launch "
-            f"with its device current: with torch.cuda.device({where.index}): ...")
+            f"{slot.describe()}: the tensor is on cuda:{where.index} but this launch runs on "
+            f"device {device} (where its other arguments or its stream are). Move it with "
+            f"x.to('cuda:{device}')")
     want = slot.ctype.typestr if slot.ctype.kind == "pointer" else None
     typestr = torch_typestr(t.dtype)
     if want is not None and not dtypes.accepts(want, typestr):
@@ -294,13 +294,55 @@ def check_array(slot: ParamSlot, typestr: str, contiguous: bool, arr_device: int
             "the kernel handles the strides itself")
     if arr_device is not None and arr_device != device:
         raise ArgumentError(
-            f"{slot.describe()}: the array is on device {arr_device} but the kernel runs on "
-            f"device {device} (the current device). Copy the array to device {device}, or launch "
-            f"with device {arr_device} current (kjit.Device({arr_device}), "
-            f"torch.cuda.device({arr_device}), cupy.cuda.Device({arr_device})); to read it in "
-            f"place, enable peer access (kjit.Device({device}).enable_peer_access({arr_device})) "
+            f"{slot.describe()}: the array is on device {arr_device} but this launch runs on "
+            f"device {device} (where its other arguments or its stream are). Copy the array to "
+            f"device {device}; to read it in place, enable peer access "
+            f"(kjit.Device({device}).enable_peer_access({arr_device})) "
             "and pass kjit.ptr(address)")
 
+
+
+def array_device(value: Any) -> int | None:
+    """The device whose memory an argument is: kjit arrays, PyTorch tensors, CuPy arrays and
+    anything with `__cuda_array_interface__` or `__dlpack__`; None for the rest (scalars,
+    kjit.ptr, kjit.In/Out, host and managed memory), which any device may take."""
+    if isinstance(value, DeviceArray):
+        return value.device
+    if isinstance(value, (ptr, _HostTransfer)) or is_numpy(value, "ndarray"):
+        return None
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        where = value.device
+        return where.index if where.type == "cuda" else None
+    try:
+        cai = array_interface(value)
+        if cai is not None:
+            return foreign_device(value, int(cai["data"][0] or 0))
+        if hasattr(value, "__dlpack_device__"):
+            return foreign_device(value, 0)
+    except Exception:   # the launch's own checks say what is wrong with such an argument
+        return None
+    return None
+
+
+def arguments_device(kernel: str, slots: tuple, args: tuple) -> int | None:
+    """The one device the launch's arrays live on (None: no array names one), or an
+    ArgumentError naming the parameters on each device when they are on several."""
+    where: dict[int, list[str]] = {}
+    for slot, value in zip(slots, args):
+        device = array_device(value)
+        if device is not None:
+            where.setdefault(device, []).append(f"'{slot.name}'")
+    if len(where) > 1:
+        each = "; ".join(f"{', '.join(names)} on device {d}" for d, names in sorted(where.items()))
+        a, b = sorted(where)[:2]
+        raise ArgumentError(
+            f"kernel {kernel!r}: its arrays are on {len(where)} devices ({each}). A launch runs "
+            f"on one device: copy them to one (x.to('cuda:{b}') for a tensor, x.to({b}) for a "
+            f"kjit array), or, for a kernel on device {b} to read device {a}'s memory in place, "
+            f"enable peer access (kjit.Device({b}).enable_peer_access({a})) and pass that array "
+            "as kjit.ptr(address)")
+    return next(iter(where), None)
 
 
 def detach_grads(args: tuple) -> tuple:

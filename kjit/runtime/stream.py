@@ -159,6 +159,16 @@ def check_stream_context(stream: Any, ctx: int, device: int, kernel: str) -> Non
         f"cupy.cuda.Device({other}))")
 
 
+def stream_owner(stream: Any) -> int | None:
+    """The address of the context a stream belongs to; None for the default streams (whichever
+    context is current is theirs), for a stream being captured (asked nothing else then), and
+    for a handle the driver does not know (the launch's own checks say so)."""
+    if int(stream) in _DEFAULT_STREAMS or capture_state(stream) is not None:
+        return None
+    err, owner = driver.bindings().cuStreamGetCtx(stream)
+    return None if err else int(owner)
+
+
 def stream_device(stream: Any, ctx: Any) -> int | None:
     """The ordinal of the device a stream (of context `ctx`) runs on."""
     drv = driver.bindings()
