@@ -81,7 +81,7 @@ def _first_launch_on_each_device(count: int) -> dict:
     other device pays only its module load."""
     tag = time.time_ns()
 
-    @kjit.kernel
+    @kjit.kernel(name=f"k{NARGS}")
     def fresh():
         return launch_source(NARGS) + f"// {tag}\n"
     events: list[str] = []

@@ -204,12 +204,14 @@ class Kernel(_KernelBase):
         given = config[2] if len(config) > 2 else None
         here = self._in_current_context()
         owner = self._for_stream(given, here)
-        if owner is not here:   # a stream of another device: the launch runs there, wherever
-            launcher = owner[config]   # the thread is, so the launcher serves from here too
+        if owner is not here and owner is not self:
+            # a stream of another device: the launch runs there wherever the thread is, so
+            # that device's launcher serves this kernel's table too
+            launcher = owner[config]
             self._cache_launcher(config, launcher)
             return launcher
-        if here is not self:   # another device is current: its kernel configures (and caches) it
-            return here[config]
+        if owner is here and here is not self:   # another device is current: its kernel
+            return here[config]                  # configures (and caches) it
         grid, block = _dim3(config[0], "grid"), _dim3(config[1], "block")
         flags = AUTO_STREAM | GRAD_OK if given is OPERATOR_STREAM else \
             AUTO_STREAM if given is None else 0
