@@ -87,9 +87,9 @@ class _Macros:
         expr = re.sub(r"\bdefined\s*(?:\(\s*([A-Za-z_]\w*)\s*\)|([A-Za-z_]\w*))", is_defined, expr)
         expr = self.expand(expr)
         expr = re.sub(r"\btrue\b", "1", re.sub(r"\bfalse\b", "0", expr))
-        if unknown or _IDENT.search(_INT.sub("0", expr)) or not _ARITH.match(expr):
-            return None
         expr = _INT.sub(lambda m: str(_c_int(m.group(1))), expr)
+        if unknown or not _ARITH.match(expr):   # an identifier kjit knows nothing of
+            return None
         expr = (expr.replace("&&", " and ").replace("||", " or ").replace("/", "//")
                 .replace("!=", " <> ").replace("!", " not ").replace(" <> ", " != "))
         try:
