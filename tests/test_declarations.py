@@ -155,12 +155,20 @@ def test_declaration_spellings(case):
     assert signatures(src) == want
     digest = extract(src)
     assert signatures(digest) == want, digest
+    assert "\\" not in digest and "#" not in digest
     obj = SimpleNamespace(metadata={"declarations": digest})
     for name, params in want.items():
         if "?" in " ".join(params):
             continue   # a loaded kernel with an unknown type takes the driver's sizes
         slots = resolve_slots(obj, name, name, None)
         assert [f"{s.name}: {describe(s.ctype)}" for s in slots] == params
+
+
+def test_a_digest_holding_a_splice_as_a_backslash_is_read():
+    """Objects cached by a kjit that kept a splice in its digest (`float* y, \\ unsigned int N`)
+    are typed the same."""
+    assert signatures('__global__ void k(float* y, \\ unsigned int N) {}') == {
+        "k": ["y: ptr <f4", "N: uint 4"]}
 
 
 def test_the_compile_s_own_defines_decide_macros():

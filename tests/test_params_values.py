@@ -177,3 +177,17 @@ def test_complex_fields_in_records():
     assert struct.unpack("<b15x2d", packed(pk, np.array((3, 1.0, -2.0), pairs)))[1:] == (1.0, -2.0)
     with pytest.raises(ArgumentError, match="field z is complex"):
         pk.convert_all(({"t": 3, "z": "x"},), [])
+
+
+def test_a_struct_of_unknown_layout_takes_a_record_of_its_size():
+    """A struct kjit cannot lay out (a bit-field) takes the bytes of a record, a structured
+    scalar or a one-element record array alike, of the size the driver reports."""
+    from kjit.runtime.params import convert
+    from kjit.runtime.slots import ParamSlot
+    slot = ParamSlot(0, "s", 0, 8, None)
+    dt = np.dtype([("bits", "u4"), ("n", "i4")])
+    rec = np.array([(5, -1)], dt)
+    for value in (rec, rec[0]):
+        assert convert(slot, value, 0, []) == rec.tobytes()
+    with pytest.raises(ArgumentError, match="does not know this parameter.s C type"):
+        convert(slot, np.zeros(2, dt), 0, [])

@@ -234,7 +234,9 @@ def split_params(text: str) -> list[str]:
             continue
         cur.append(c)
     out.append("".join(cur))
-    return [" ".join(p.split()) for p in out if p.strip()]
+    # a backslash outside a literal is a splice, joined already; a digest written before
+    # splices were joined holds one followed by a space
+    return [" ".join(p.replace("\\", " ").split()) for p in out if p.strip(" \t\n\\")]
 
 
 def kernels(text: str) -> list[Kernel]:

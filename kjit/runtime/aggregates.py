@@ -200,6 +200,8 @@ def raw_bytes(slot: ParamSlot, value: Any) -> bytes:
         return exact_bytes(slot, bytes(value))
     if is_numpy(value, "generic") or (is_numpy(value, "ndarray") and not value.ndim):
         return exact_bytes(slot, value.tobytes())
+    if is_numpy(value, "ndarray") and value.dtype.names and value.size == 1:
+        return exact_bytes(slot, value.tobytes())   # a one-element record array: its record
     if isinstance(value, ctypes.Structure) or isinstance(value, ctypes._SimpleCData):
         return exact_bytes(slot, bytes(value))
     address = address_of(value) if slot.size == 8 else None
