@@ -190,7 +190,8 @@ def test_the_compile_s_own_defines_decide_macros():
     ("1", True), ("0", False), ("2 > 1 && 3", True), ("!0", True), ("0x10 == 16", True),
     ("defined(A)", True), ("defined B", False), ("A == 3", True), ("(A + 1) / 2 == 2", True),
     ("UNSEEN", None), ("defined(UNSEEN)", None), ("__has_include(<x.h>)", None),
-    ("010 == 8", True), ("1 ? 2 : 3", None),
+    ("010 == 8", True), ("1 ? 2 : 3", None), ("9 ** 9 ** 9", None), ("1 << 100000000", None),
+    ("1 << 4 == 16", True),
 ])
 def test_if_conditions(expr, value):
     src = f"#define A 3\n#undef B\n#if {expr}\nint yes;\n#else\nint no;\n#endif\n"
@@ -240,7 +241,10 @@ def test_struct_spellings(case):
     "struct S : Base { int a; };",                     # a base class
     "struct S { alignas(T) int a; };",                 # an alignment kjit cannot compute
     "template <int N> struct S { float v[N]; };",      # a size that depends on N
-], ids=["bitfield", "virtual", "function pointer", "base", "alignas(T)", "template"])
+    "struct S { char c; alignas(sizeof(float) * 4) float x; };",
+    "struct alignas(2 * sizeof(float)) S { float re, im; };",
+], ids=["bitfield", "virtual", "function pointer", "base", "alignas(T)", "template",
+        "alignas(expression) member", "alignas(expression) struct"])
 def test_structs_beyond_a_plain_reading_stay_unknown(src):
     """Their layout comes from the driver's sizes: kjit never guesses one."""
     assert "S" not in parse_structs(src)

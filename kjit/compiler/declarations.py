@@ -40,7 +40,6 @@ _UNDEF = object()        # #undef'd: known not to be defined
 _FUNCTION = object()     # a function-like macro: defined, never expanded here
 _DIRECTIVE = re.compile(r"^\s*#\s*(\w*)(.*)$")
 _DEFINE = re.compile(r"^\s*([A-Za-z_]\w*)(\()?\s*(.*)$")
-_IDENT = re.compile(r"[A-Za-z_]\w*")
 _INT = re.compile(r"\b((?:0[xX][0-9a-fA-F]+)|\d+)[uUlL]*\b")
 _ARITH = re.compile(r"^[\d\s()+\-*/%<>=!&|^~]*$")
 
@@ -88,8 +87,9 @@ class _Macros:
         expr = self.expand(expr)
         expr = re.sub(r"\btrue\b", "1", re.sub(r"\bfalse\b", "0", expr))
         expr = _INT.sub(lambda m: str(_c_int(m.group(1))), expr)
-        if unknown or not _ARITH.match(expr):   # an identifier kjit knows nothing of
-            return None
+        if unknown or not _ARITH.match(expr) or "**" in expr or any(
+                int(n) > 64 for n in re.findall(r"<<\s*(\d+)", expr)):
+            return None   # an identifier kjit knows nothing of; no huge numbers made here
         expr = (expr.replace("&&", " and ").replace("||", " or ").replace("/", "//")
                 .replace("!=", " <> ").replace("!", " not ").replace(" <> ", " != "))
         try:
@@ -320,6 +320,8 @@ def _members(body: str) -> tuple[str, ...] | None:
             return None
         align = _alignment(seg)
         plain = _ALIGN.sub(" ", seg)
+        if re.search(r"\b(?:alignas|__align__|__attribute__|__declspec)\b", plain):
+            return None   # an alignment kjit cannot compute: alignas(sizeof(T) * 2)
         if "(" in plain or "operator" in plain:    # a member function or constructor
             continue
         if align is None or re.search(r"(?<!:):(?!:)", plain):   # alignas(T), a bit-field

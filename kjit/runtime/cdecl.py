@@ -231,9 +231,9 @@ def _param(i: int, decl: str, structs: dict[str, CType], named: dict[str, str]) 
             not pm.group(1).strip().endswith(("::", "<", ",")):
         ctype = parse_type(pm.group(1), structs, named)
         whole = None if ctype is not None else parse_type(text, structs, named)
-        if whole is None:   # `const S`: S is the type, the parameter has no name
-            return Param(pm.group(2), decl, ctype)
-        return Param(f"arg{i}", decl, whole)
+        if whole is not None:   # `const S`: S is the type, the parameter has no name
+            return Param(f"arg{i}", decl, whole)
+        return Param(pm.group(2), decl, ctype)
     return Param(f"arg{i}", decl, parse_type(text, structs, named))
 
 
