@@ -186,6 +186,18 @@ def test_the_compile_s_own_defines_decide_macros():
         assert [str(p.ctype.typestr) for p in sig.params] == [typestr, typestr, "<u4"], defines
 
 
+def test_the_macros_a_compile_defines_on_its_command_line():
+    """CuPy passes `options=('-DPRECISION=2',)`: in kjit, `defines` or raw `extra` flags."""
+    from kjit.compiler.declarations import macros_of
+    from kjit.compiler.options import CompileOptions
+    opts = CompileOptions(defines={"A": "1", "B": None},
+                          extra=["-DPRECISION=2", "-D", "TYPE=float", "--define-macro=FLAG"])
+    assert macros_of(opts) == [("A", "1"), ("B", None), ("PRECISION", "2"), ("TYPE", "float"),
+                               ("FLAG", None)]
+    src = 'extern "C" __global__ void k(TYPE* x, int n) {}'
+    assert signatures(extract(src, macros_of(opts))) == {"k": ["x: ptr <f4", "n: int 4"]}
+
+
 @pytest.mark.parametrize("expr, value", [
     ("1", True), ("0", False), ("2 > 1 && 3", True), ("!0", True), ("0x10 == 16", True),
     ("defined(A)", True), ("defined B", False), ("A == 3", True), ("(A + 1) / 2 == 2", True),

@@ -13,7 +13,7 @@ than guessed: CuPy's `#if PRECISION == 2 / #define TYPE double / #else / #define
 from __future__ import annotations
 
 import re
-from typing import Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 # a string or character literal (kept: a `//` inside one is no comment), or a comment
 _LEXEMES = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/', re.S)
@@ -108,9 +108,9 @@ def preprocess(source: str, defines: Iterable[tuple[str, str | None]] = ()) -> s
     """The source without comments or directives: branches known false dropped, certain
     object-like macros expanded. `defines`: the compile's own (`-D`) macros, (name, value)."""
     text = strip_comments(source)
-    if "#" not in text:
-        return text
     macros = _Macros(defines)
+    if "#" not in text and not macros.table:
+        return text
     stack: list[list] = []          # per #if: [active, taken], each True, False or None
     out: list[str] = []
     for line in text.split("\n"):
@@ -379,6 +379,22 @@ def structs(text: str) -> list[Struct]:
         members = None if text[i] == ":" or align is None else _members(body)
         if names:
             out.append(Struct(tuple(dict.fromkeys(names)), align or 0, members))
+    return out
+
+
+def macros_of(options: Any) -> list[tuple[str, str | None]]:
+    """The macros a compile defines on its command line: a CompileOptions' `defines`, and the
+    `-DNAME[=value]` / `--define-macro=...` flags among its `extra` (a later one wins)."""
+    out = list(getattr(options, "defines", ()))
+    flags = list(getattr(options, "extra", ()))
+    for i, flag in enumerate(flags):
+        m = re.fullmatch(r"(?:-D|--define-macro=?)(.*)", flag)
+        if m is None:
+            continue
+        text = m.group(1) or (flags[i + 1] if i + 1 < len(flags) else "")
+        name, eq, value = text.partition("=")
+        if re.fullmatch(r"[A-Za-z_]\w*", name):
+            out.append((name, value if eq else None))
     return out
 
 
