@@ -74,9 +74,48 @@ POINTEES = {"__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16", "__hip_bfloa
             "hip_bfloat16": "bfloat16", "__nv_fp8_e4m3": "float8_e4m3fn",
             "__nv_fp8_e5m2": "float8_e5m2", "__nv_fp8_e8m0": "float8_e8m0fnu"}
 
+# complex numbers: cuComplex.h's are float2 / double2 (aligned 8 / 16); thrust::complex,
+# cuda::std::complex and c10::complex are `alignas(2 * sizeof(T))`, CuPy's complex<T> is thrust's
+COMPLEX: dict[str, CType] = {}
+for _names, _dt in [(("cuComplex", "cuFloatComplex", "hipComplex", "hipFloatComplex",
+                      "complex<float>"), "<c8"),
+                    (("cuDoubleComplex", "hipDoubleComplex", "complex<double>"), "<c16")]:
+    for _n in _names:
+        _size = dtypes.resolve(_dt)[1]
+        _part = SCALARS["float" if _size == 8 else "double"]
+        COMPLEX[_n] = CType(_n, _size, _size, "complex", _dt,
+                            (("real", 0, _part), ("imag", _part.size, _part)))
+# the namespaces a complex<T> is spelled with, libcu++'s versioned inline one (__4) included
+_COMPLEX_NS = re.compile(r"^(?:(?:thrust|cuda|std|c10|__\d+)::)+(?=complex<)")
+
 _QUALIFIERS = re.compile(r"\b(__restrict__|__restrict|restrict|volatile|__grid_constant__|"
-                         r"struct|class|typename)\b")
+                         r"struct|class|typename|register)\b|\[\[[^\]]*\]\]|"
+                         r"(?:__align__|alignas)\s*\(\s*\w*\s*\)|__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)")
 _CONST = re.compile(r"\bconst\b")
+_INTEGER_WORDS = {"signed", "unsigned", "short", "long", "int", "char"}
+
+
+def _base_name(text: str) -> str:
+    """A type name as written, qualifiers and namespaces the tables do not use removed:
+    `std::size_t` -> size_t, `::thrust::complex< float >` -> complex<float>, `long unsigned`
+    -> unsigned long (C allows the words in any order)."""
+    base = " ".join(_CONST.sub(" ", text).split())
+    base = re.sub(r"\s*([<>,])\s*", r"\1", base).removeprefix("::")
+    base = _COMPLEX_NS.sub("", base).removeprefix("std::")
+    words = base.split()
+    if len(words) > 1 and set(words) <= _INTEGER_WORDS:
+        sign = [w for w in words if w in ("signed", "unsigned")]
+        size = [w for w in words if w not in ("signed", "unsigned")]
+        if size == ["int"] or not size:
+            size = ["int"]
+        elif "int" in size and len(size) > 1:
+            size = [w for w in size if w != "int"]
+        base = " ".join(sign + size)
+    return base
+
+
+def _known(base: str, structs: dict[str, CType] | None) -> CType | None:
+    return SCALARS.get(base) or VECTORS.get(base) or COMPLEX.get(base) or (structs or {}).get(base)
 
 
 def parse_type(text: str, structs: dict[str, CType] | None = None,
@@ -86,20 +125,22 @@ def parse_type(text: str, structs: dict[str, CType] | None = None,
     text = _QUALIFIERS.sub(" ", text)
     stars = text.count("*") + text.count("&")
     const = bool(_CONST.search(text.split("*")[0])) if stars else False
-    base = " ".join(_CONST.sub(" ", text.replace("*", " ").replace("&", " ")).split())
-    base = base.removeprefix("std::").removeprefix("::")
+    base = _base_name(text.replace("*", " ").replace("&", " "))
     for _ in range(8):   # an alias of an alias...
         if not aliases or base not in aliases:
             break
-        base = " ".join(_CONST.sub(" ", _QUALIFIERS.sub(" ", aliases[base])).split())
-        base = base.removeprefix("std::").removeprefix("::")
+        target = _QUALIFIERS.sub(" ", aliases[base])
+        if "*" in target or "&" in target:
+            return None   # an alias of a pointer type: the digest keeps plain aliases only
+        base = _base_name(target)
     if stars:
-        pointee = SCALARS.get(base) or VECTORS.get(base) or (structs or {}).get(base)
+        pointee = _known(base, structs)
         # float4*: an array of float32 lanes; T**: an array of device addresses, whatever T is
         typestr = None if stars != 1 else pointee.typestr if pointee is not None else \
             POINTEES.get(base)
-        return CType(text.strip(), POINTER_SIZE, POINTER_SIZE, "pointer", typestr, const=const)
-    return SCALARS.get(base) or VECTORS.get(base) or (structs or {}).get(base)
+        return CType(" ".join(text.split()), POINTER_SIZE, POINTER_SIZE, "pointer", typestr,
+                     const=const)
+    return _known(base, structs)
 
 
 class Param(NamedTuple):
@@ -113,86 +154,103 @@ class Signature(NamedTuple):
     params: tuple[Param, ...] = ()
 
 
-from ..compiler.declarations import (KERNEL as _KERNEL, STRUCT as _STRUCT, aliases, is_template,
-                                     strip_comments)
+from ..compiler import declarations as _decl
+
+
+def aliases_of(source: str) -> dict[str, str]:
+    """The plain type aliases of a source (or a declarations digest)."""
+    return _decl.aliases(_decl.preprocess(source))
 
 # patterns used off the common path stay strings: re compiles (and caches) them on first use
-_FIELD = r"^(.*?)([A-Za-z_]\w*)\s*(?:\[\s*(\d+)\s*\])?$"
+_FIELD = r"^(?:__align__\((\d+)\)\s*)?(.*?)([A-Za-z_]\w*)\s*((?:\[\s*\d+\s*\])*)$"
+
+
+def _array(elem: CType, count: int) -> CType:
+    """`T name[count]` as a struct field: `count` elements of T, aligned as T."""
+    return CType(f"{elem.name}[{count}]", elem.size * count, elem.align, "array", elem.typestr,
+                 (("", 0, elem),), count=count)
 
 
 def parse_structs(source: str, named: dict[str, str] | None = None) -> dict[str, CType]:
     """Plain structs defined in the source, laid out with device alignment.
 
-    Fields must be scalars, vectors, pointers, earlier structs or fixed arrays of those;
-    anything else leaves the struct out (its layout then comes from the driver's sizes).
-    `named`: the source's plain type aliases, where the caller has them already.
+    Fields must be scalars, vectors, complex numbers, pointers, earlier structs or fixed
+    arrays of those; anything else leaves the struct out (its layout then comes from the
+    driver's sizes). `named`: the source's plain type aliases, where the caller has them.
     """
     structs: dict[str, CType] = {}
-    text = strip_comments(source)
-    named = aliases(text) if named is None else named
-    for m in _STRUCT.finditer(text):
-        align_before, tag, align_after, body, typedef_name = m.groups()
-        name = typedef_name or tag
-        if not name:
+    text = _decl.preprocess(source)
+    named = _decl.aliases(text) if named is None else named
+    for s in _decl.structs(text):
+        if s.members is None:
             continue
-        fields_, offset, max_align, ok = [], 0, 1, True
-        for decl in (d.strip() for d in body.split(";")):
-            if not decl:
-                continue
+        fields_, offset, max_align = [], 0, max(1, s.align)
+        for decl in s.members:
             fm = re.match(_FIELD, decl)
-            ctype = parse_type(fm.group(1), structs, named) if fm else None
+            ctype = parse_type(fm.group(2), structs, named) if fm and fm.group(2).strip() else None
             if ctype is None:
-                ok = False
                 break
-            count = int(fm.group(3) or 1)
-            offset = -(-offset // ctype.align) * ctype.align
-            for i in range(count):
-                fname = fm.group(2) if count == 1 else f"{fm.group(2)}[{i}]"
-                fields_.append((fname, offset + i * ctype.size, ctype))
-            offset += ctype.size * count
-            max_align = max(max_align, ctype.align)
-        if not ok:
-            continue
-        forced = int(align_before or align_after or 0)
-        max_align = max(max_align, forced)
-        size = -(-offset // max_align) * max_align
-        ctype = CType(f"struct {name}", size, max_align, "struct", None, tuple(fields_))
-        structs[name] = ctype
-        if tag and tag != name:
-            structs[tag] = ctype
+            dims = [int(d) for d in re.findall(r"\d+", fm.group(4))]
+            if dims:
+                count = 1
+                for d in dims:
+                    count *= d
+                ctype = _array(ctype, count)
+            align = max(ctype.align, int(fm.group(1) or 1))
+            offset = -(-offset // align) * align
+            fields_.append((fm.group(3), offset, ctype))
+            offset += ctype.size
+            max_align = max(max_align, align)
+        else:
+            size = -(-offset // max_align) * max_align
+            ctype = CType(f"struct {s.names[0]}", size, max_align, "struct", None, tuple(fields_))
+            for n in s.names:
+                structs[n] = ctype
     return structs
 
 
+# a parameter's last word is its type, not its name (an unnamed parameter: `unsigned char`)
 _TYPE_WORDS = {"char", "short", "int", "long", "float", "double", "signed", "unsigned", "bool",
-               "half", "size_t"} | set(VECTORS)
+               "half", "size_t"} | set(VECTORS) | set(COMPLEX)
+
+
+def _param(i: int, decl: str, structs: dict[str, CType], named: dict[str, str]) -> Param:
+    """One parameter's name and type from its declaration: `const float* __restrict__ x`,
+    `float x[]` (a pointer), `unsigned int` (unnamed), `int n = 4` (a default)."""
+    text = decl.split("=")[0]
+    text = _QUALIFIERS.sub(" ", text).strip()
+    array = re.search(r"\[[^\]]*\]\s*$", text)
+    if array:   # an array parameter is a pointer
+        text = text[:array.start()].rstrip() + " *"
+        pm = re.match(r"^(.*?)([A-Za-z_]\w*)\s*\*$", text)
+        if pm and pm.group(1).strip():
+            return Param(pm.group(2), decl, parse_type(pm.group(1) + "*", structs, named))
+        return Param(f"arg{i}", decl, parse_type(text, structs, named))
+    pm = re.match(r"^(.*?)([A-Za-z_]\w*)\s*$", text)
+    if pm and pm.group(2) not in _TYPE_WORDS and pm.group(1).strip() and \
+            not pm.group(1).strip().endswith(("::", "<", ",")):
+        ctype = parse_type(pm.group(1), structs, named)
+        whole = None if ctype is not None else parse_type(text, structs, named)
+        if whole is not None:   # `const S`: S is the type, the parameter has no name
+            return Param(f"arg{i}", decl, whole)
+        return Param(pm.group(2), decl, ctype)
+    return Param(f"arg{i}", decl, parse_type(text, structs, named))
 
 
 def parse_signatures(source: str) -> dict[str, Signature]:
-    """Signatures of the `extern "C"` (unmangled) kernels in the source, by kernel name.
-
-    Templates and C++-linkage kernels are left to the mangled-name decoder and the driver.
-    """
-    text = strip_comments(source)
-    named = aliases(text)
+    """Signatures of the non-template kernels in the source, by kernel name, read as the
+    compiler reads them (declarations.preprocess). Templates are left to the mangled-name
+    decoder and the driver."""
+    text = _decl.preprocess(source)
+    named = _decl.aliases(text)
     structs = parse_structs(text, named)
     out: dict[str, Signature] = {}
-    for m in _KERNEL.finditer(text):
-        if is_template(text, m.start()):
+    for k in _decl.kernels(text):
+        if k.template:
             continue
-        name, params_text = m.group(1), m.group(2).strip()
-        params = []
-        if params_text and params_text != "void":
-            for i, decl in enumerate(p.strip() for p in params_text.split(",")):
-                decl = decl.split("=")[0].strip()
-                pm = re.match(r"^(.*?)([A-Za-z_]\w*)\s*$", decl)
-                if pm and pm.group(2) in _TYPE_WORDS:   # unnamed: `unsigned char`, `float*, int`
-                    pm = None
-                if pm and pm.group(1).strip() and not pm.group(1).strip().endswith("::"):
-                    type_text, pname = pm.group(1), pm.group(2)
-                else:
-                    type_text, pname = decl, f"arg{i}"
-                params.append(Param(pname, decl, parse_type(type_text, structs, named)))
-        out[name] = Signature(name, tuple(params))
+        params = k.params if k.params not in ((), ("void",)) else ()
+        out[k.name] = Signature(k.name, tuple(_param(i, d, structs, named)
+                                              for i, d in enumerate(params)))
     return out
 
 
@@ -201,11 +259,18 @@ def struct_dtype(ctype: CType) -> Any:
     names, formats, offsets = [], [], []
     for fname, off, ft in ctype.fields:
         names.append(fname)
-        formats.append(struct_dtype(ft) if ft.kind in ("struct", "vector") else
-                       ("<u8" if ft.kind == "pointer" else ft.typestr))
+        formats.append(_field_format(ft))
         offsets.append(off)
     return dtypes.numpy().dtype({"names": names, "formats": formats, "offsets": offsets,
                      "itemsize": ctype.size})
+
+
+def _field_format(ft: CType) -> Any:
+    if ft.kind == "array":
+        return (_field_format(ft.fields[0][2]), (ft.count,))
+    if ft.kind in ("struct", "vector"):
+        return struct_dtype(ft)
+    return "<u8" if ft.kind == "pointer" else ft.typestr
 
 
 # --- PTX .entry parameter types: for code loaded without its source (a .ptx file, a fatbin) --
@@ -219,7 +284,7 @@ WORD64 = CType("64-bit value (pointer or integer)", 8, 8, "word64", "<u8")
 _PTX_TYPES = {"f32": SCALARS["float"], "f64": SCALARS["double"], "f16": SCALARS["__half"],
               "u32": SCALARS["int"], "s32": SCALARS["int"], "b32": SCALARS["int"],
               "u16": SCALARS["short"], "s16": SCALARS["short"], "b16": SCALARS["short"],
-              "<u8": SCALARS["char"], "s8": SCALARS["char"], "b8": SCALARS["char"],
+              "u8": SCALARS["char"], "s8": SCALARS["char"], "b8": SCALARS["char"],
               "u64": WORD64, "s64": WORD64, "b64": WORD64}
 
 

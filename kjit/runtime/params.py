@@ -20,7 +20,7 @@ from . import dtypes
 from .dtypes import is_numpy
 from .memory import DeviceArray, _HostTransfer, launch_key
 from .pointers import pointer, ptr
-from .scalars import floating, integer
+from .scalars import complex_number, floating, integer
 from .slots import ParamSlot, layout, slot_format
 
 __all__ = ["ParamSlot", "Packer", "convert", "layout", "ptr", "slot_format"]
@@ -41,6 +41,8 @@ def convert(slot: ParamSlot, value: Any, device: int, pending: list) -> Any:
         return integer(slot, value)
     if c.kind == "float":
         return floating(slot, value)
+    if c.kind == "complex":
+        return complex_number(slot, value)
     return aggregate(slot, value)
 
 

@@ -63,3 +63,26 @@ def narrow(value: int | float, size: int) -> float | None:
     except OverflowError:   # beyond float (a huge int) or beyond the narrower type
         return None
     return narrowed if math.isfinite(narrowed) else None
+
+
+def complex_number(slot: ParamSlot, value: Any) -> bytes:
+    """A complex parameter (cuComplex, cuDoubleComplex, complex<T>...): its real and imaginary
+    parts as two floats of half its size, from a Python complex or a numpy complex scalar."""
+    c = slot.ctype
+    if is_numpy(value, "ndarray") and value.ndim == 0 and value.dtype.kind == "c":
+        value = value[()]
+    if not (isinstance(value, complex) or is_numpy(value, "complexfloating")):
+        if isinstance(value, (int, float)) or is_numpy(value, "integer", "floating", "bool_"):
+            hint = f"; pass complex({value!r}) for a real value"
+        else:
+            hint = ""
+        raise ArgumentError(f"{slot.describe()}: expected a complex number (a Python complex, "
+                            f"numpy.complex64 or numpy.complex128), got {type(value).__name__} "
+                            f"{value!r}{hint}")
+    part = c.size // 2
+    parts = []
+    for x in (float(value.real), float(value.imag)):
+        if math.isfinite(x) and narrow(x, part) is None:
+            raise ArgumentError(f"{slot.describe()}: {complex(value)!r} overflows {c.name}")
+        parts.append(x)
+    return struct.pack("<2f" if part == 4 else "<2d", *parts)
