@@ -37,6 +37,7 @@ class LinkInput:
     path: Path | None = None      # linked from this file (cuLinkAddFile / nvJitLinkAddFile)
     symbols: Mapping[str, str] = field(default_factory=dict)
     label: str = ""               # how errors name it: "#0 (kernel.cu)", "#1 (bytes)", its path
+    declarations: str = ""        # the source's kernel signatures (ObjectCode.declarations)
 
     def external_references(self) -> set[str] | None:
         """Symbols this input uses but leaves to others (None where the bytes cannot tell)."""
@@ -138,7 +139,8 @@ def _from_object(obj: ObjectCode, path: Path | None, label: str, check: bool) ->
     # Key on what the bytes say (arch=None re-derives it): a PTX file read from disk and the
     # same PTX fresh from kjit.compile are one input.
     return dict(code=obj.code, kind=obj.kind, digest=digest(obj.with_(arch=None)), arch=obj.arch, path=path,
-                symbols=dict(obj.symbols), base=obj.name, label=label)
+                symbols=dict(obj.symbols), base=obj.name, label=label,
+                declarations=obj.declarations)
 
 
 def _one(item: Any, index: int, check: bool) -> dict[str, Any]:
