@@ -220,6 +220,89 @@ class ObjectCode:
                    metadata={"declarations": decls} if decls else None)
 
 
+# Another library's compiled code (cuda.core's ObjectCode, from cuda.core or
+# cuda.core.experimental): its `code_type` names -> kjit kinds. cuda.core's "object" is a
+# linker input of either ELF kind, so its kind comes from the bytes.
+_FOREIGN_KINDS = {"ptx": "ptx", "cubin": "cubin", "fatbin": "fatbin", "ltoir": "ltoir",
+                  "object": "", "library": "library"}
+
+
+def is_foreign_code(value: Any) -> bool:
+    """Whether `value` is another library's compiled-code object: it has a `code_type` string
+    and a `code` (cuda.core's ObjectCode and its look-alikes)."""
+    return (not isinstance(value, ObjectCode) and isinstance(getattr(value, "code_type", None), str)
+            and hasattr(value, "code"))
+
+
+def from_foreign_code(value: Any) -> ObjectCode:
+    """An ObjectCode from another library's compiled-code object: its `code` (bytes, or the
+    path of a file, as cuda.core's `ObjectCode.from_cubin(path)` keeps it), `code_type`,
+    `name` and `symbol_mapping` (name expression -> lowered name, str or bytes)."""
+    code_type = str(value.code_type).lower()
+    if code_type not in _FOREIGN_KINDS:
+        raise InvalidOptionError(
+            f"{type(value).__name__} with code_type {code_type!r}: kjit takes "
+            f"{', '.join(_FOREIGN_KINDS)} code")
+    kind = _FOREIGN_KINDS[code_type]
+    name = str(getattr(value, "name", "") or "")
+    symbols: dict[str, str] = {}
+    for expr, lowered in dict(getattr(value, "symbol_mapping", None) or {}).items():
+        if lowered is not None:   # cuda.core keeps None for an expression NVRTC did not lower
+            symbols[_text(expr)] = _text(lowered)
+    code = value.code
+    if isinstance(code, (str, os.PathLike)):
+        obj = ObjectCode.from_file(code, kind=kind or None)
+        return obj.with_(symbols={**obj.symbols, **symbols}, name=name or obj.name)
+    return ObjectCode(code, kind=kind, symbols=symbols, name=name or f"<{code_type}>")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def from_text_or_path(value: str | os.PathLike[str], what: str) -> ObjectCode:
+    """kjit.load's and kjit.link's reading of a str: the path of a file, unless it is PTX
+    text (what cuda.core, CuPy and PyCUDA users hand over). A str with a line break is text;
+    one without is a path when such a file exists. CUDA source text is refused with how to
+    compile it; `what` names the caller in messages."""
+    if isinstance(value, os.PathLike):
+        return ObjectCode.from_file(value)
+    multiline = "\n" in value or "\0" in value
+    if not multiline:
+        try:
+            if os.path.isfile(value):
+                return ObjectCode.from_file(value)
+        except (OSError, ValueError):   # too long to be a path
+            pass
+    if _is_ptx_text(value):
+        return ObjectCode(value.encode(), kind="ptx", name="inline.ptx")
+    if multiline or any(mark in value for mark in ("__global__", "#include", 'extern "C"')):
+        source = "__global__" in value or "#include" in value or "#define" in value
+        raise InvalidOptionError(
+            f"{what} got a string that is neither PTX nor the path of a file"
+            + (": it looks like CUDA C++ source; compile it first, e.g. "
+               + _COMPILE_FIRST.get(what, f"{what}(kjit.compile(source))") if source else
+               ": pass PTX text, compiled code (kjit.ObjectCode, bytes) or a file path"))
+    return ObjectCode.from_file(value)   # says: no such file
+
+
+_COMPILE_FIRST = {"kjit.link": 'kjit.link([kjit.compile(source, target="ltoir"), ...])'}
+
+
+def _is_ptx_text(text: str) -> bool:
+    """PTX: its first statement (after comments and blank lines) is a PTX directive such as
+    .version, or a .version and a .target come early, as the kind sniffer reads bytes."""
+    from .formats.sniff import _PTX_TARGET_RE, _PTX_VERSION_RE
+    head = text[:4096].encode(errors="replace")
+    if _PTX_VERSION_RE.search(head) and _PTX_TARGET_RE.search(head):
+        return True
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("//"):
+            return line.startswith((".version", ".target"))
+    return False
+
+
 def merge_declarations(digests: Iterable[str]) -> str:
     """One declarations digest for code made of several sources (a link, a fatbin): each
     distinct digest once, in order. A digest is C declarations, so one after another
