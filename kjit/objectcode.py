@@ -237,7 +237,8 @@ def is_foreign_code(value: Any) -> bool:
 def from_foreign_code(value: Any) -> ObjectCode:
     """An ObjectCode from another library's compiled-code object: its `code` (bytes, or the
     path of a file, as cuda.core's `ObjectCode.from_cubin(path)` keeps it), `code_type`,
-    `name` and `symbol_mapping` (name expression -> lowered name, str or bytes)."""
+    `name` and `symbol_mapping` (name expression -> lowered name, str or bytes; older
+    cuda.core releases keep it as `_sym_map` only)."""
     code_type = str(value.code_type).lower()
     if code_type not in _FOREIGN_KINDS:
         raise InvalidOptionError(
@@ -246,7 +247,8 @@ def from_foreign_code(value: Any) -> ObjectCode:
     kind = _FOREIGN_KINDS[code_type]
     name = str(getattr(value, "name", "") or "")
     symbols: dict[str, str] = {}
-    for expr, lowered in dict(getattr(value, "symbol_mapping", None) or {}).items():
+    mapping = getattr(value, "symbol_mapping", None) or getattr(value, "_sym_map", None) or {}
+    for expr, lowered in dict(mapping).items():
         if lowered is not None:   # cuda.core keeps None for an expression NVRTC did not lower
             symbols[_text(expr)] = _text(lowered)
     code = value.code

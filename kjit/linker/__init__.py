@@ -26,7 +26,9 @@ __all__ = ["link", "ptx_to_cubin", "LinkOptions", "LinkResult", "BACKENDS", "Lin
 def link(inputs: Iterable[InputLike] | InputLike, *, arch: str | None = None,
          backend: str = "auto", lto: bool = False, options: LinkOptions | None = None,
          cache: bool = True) -> LinkResult:
-    """Link `inputs` (kjit.ObjectCode, bytes, or file paths; kinds are sniffed) into a cubin.
+    """Link `inputs` (kjit.ObjectCode, cuda.core ObjectCode, bytes, PTX text or file paths;
+    kinds are sniffed) into a cubin: a LinkResult, which is an ObjectCode holding the inputs'
+    name-expression symbols and declarations (so its kernels' parameters stay typed).
 
     arch: "sm_90" (default: the current GPU, else $KJIT_ARCH, else the inputs' common arch).
     backend: "auto", "driver" or "nvjitlink". lto: link-time optimisation (turned on by

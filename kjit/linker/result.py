@@ -17,6 +17,7 @@ class LinkResult(ObjectCode):
 
     @classmethod
     def from_object(cls, obj: ObjectCode) -> "LinkResult":
+        """The LinkResult an ObjectCode made by the linker (a cache entry) describes."""
         return cls.from_checked(obj.code, obj.kind, obj.arch, obj.log, obj.symbols, obj.name,
                                 obj.metadata, obj.cache_hit)
 
@@ -27,26 +28,32 @@ class LinkResult(ObjectCode):
 
     @property
     def backend(self) -> str:
+        """The linker that made it: "driver" (cuLink*) or "nvjitlink"."""
         return str(self.metadata.get("backend", ""))
 
     @property
     def reason(self) -> str:
+        """Why that linker was chosen."""
         return str(self.metadata.get("reason", ""))
 
     @property
     def info_log(self) -> str:
+        """The linker's information log (the same text as `log`)."""
         return self.log
 
     @property
     def error_log(self) -> str:
+        """The linker's error log (warnings, for a link that succeeded)."""
         return str(self.metadata.get("error_log", ""))
 
     @property
     def wall_time_ms(self) -> float:
+        """How long the link took, in milliseconds (the original link's, on a cache hit)."""
         return float(self.metadata.get("link_ms", 0.0))
 
     @property
     def device_runtime(self) -> str | None:
+        """The path of the libcudadevrt.a linked in, or None."""
         return self.metadata.get("device_runtime")
 
     def __repr__(self) -> str:

@@ -65,7 +65,10 @@ class Global:
 
 
 class Module:
-    """Loaded code. `get_function(name)` accepts kernel names and name expressions."""
+    """Loaded code. `get_function(name)` accepts kernel names and name expressions.
+
+    A Module is code loaded into this process's CUDA contexts: it cannot be pickled. Pickle
+    its `object` (the ObjectCode, which keeps its kernels' parameter types) instead."""
 
     def __init__(self, obj: ObjectCode, jit_options: JitOptions | None = None):
         self.object = obj
@@ -179,7 +182,11 @@ class Module:
 
     # --- lookups ----------------------------------------------------------------------
     def get_function(self, name: str) -> Kernel:
-        """The kernel `name` (an entry point or a name expression such as "axpy<float>")."""
+        """The kernel `name`: an entry point, a name expression the code was compiled with
+        ("axpy<float>"), or the C++ name of a kernel without extern "C" ("saxpy",
+        "ns::saxpy", "axpy<float>") when one kernel of the module has it. A name several
+        kernels have (overloads, template instantiations) raises KernelNotFoundError listing
+        them with the name expressions that pick each."""
         handle, device, ctx = self._handle()
         key = (int(ctx), driver.context_epoch(ctx), name)
         cached = self._kernels.get(key)
@@ -283,7 +290,8 @@ def _driver_param_info(func: Any) -> list[tuple[int, int]] | None:
 
 
 def load(code: ObjectCode | bytes | str | os.PathLike, *, jit_options: JitOptions | None = None) -> Module:
-    """Load compiled or linked code (ObjectCode, LinkResult, bytes, or a file path).
+    """Load compiled or linked code (ObjectCode, LinkResult, a cuda.core ObjectCode, bytes,
+    PTX text or a file path).
 
     Loading happens in the current context when the first kernel or global is asked for.
     """
