@@ -129,12 +129,15 @@ def load(code: Any, *, jit_options: Any = None) -> Any:
     """Load compiled or linked code and return a kjit.Module.
 
     Args:
-        code: a kjit.ObjectCode, a kjit.LinkResult, the bytes of a cubin, PTX, fatbin or
-            AMD code object, or the path of such a file.
+        code: a kjit.ObjectCode or kjit.LinkResult; a cuda.core ObjectCode (its symbol
+            mapping included); the bytes of a cubin, PTX, fatbin or AMD code object; PTX text
+            as a str; or the path of such a file (a str with no line break that names a file).
+            CUDA source is refused: compile it first, kjit.load(kjit.compile(source)).
         jit_options: kjit.JitOptions for the driver's JIT (PTX) and loader.
 
     The code is loaded now, in the current context, so that load errors and the JIT's logs
-    come here rather than at the first launch.
+    come here rather than at the first launch. The Module belongs to this process: to move
+    code to another, pickle the ObjectCode and load it there.
     """
     from .runtime.module import load as load_module
     return load_module(code, jit_options=jit_options)

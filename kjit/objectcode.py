@@ -6,7 +6,7 @@ import os
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from .errors import InvalidOptionError
 from .hashing import sha256
@@ -16,7 +16,8 @@ from .formats import KINDS
 # rebuilds an ObjectCode from a checked entry and reads nothing (~2.5 ms of a fresh process).
 
 # Sidecar file next to a saved object that keeps what the bytes cannot: name-expression
-# symbols and the arch of a kind that does not record one (used by `kjit build` too).
+# symbols, the source's declarations (parameter types) and the arch of a kind that does not
+# record one (used by `kjit build` too).
 SIDECAR_SUFFIX = ".kjit.json"
 
 
@@ -126,6 +127,14 @@ class ObjectCode:
         from .formats.sniff import ptx_version
         return ptx_version(self.code) if self.kind == "ptx" else None
 
+    @property
+    def declarations(self) -> str:
+        """The digest of the source's kernel signatures, structs and type aliases that kjit
+        types parameters with at load time ("" for code that came without source). It goes
+        wherever the code goes: link results, fatbins, save/from_file, the cache, pickle."""
+        found = self.metadata.get("declarations")
+        return found if isinstance(found, str) else ""
+
     def lowered_name(self, name: str) -> str:
         """The symbol for a name expression (`axpy<float>`), or the name itself."""
         return self.symbols.get(name, name)
@@ -135,11 +144,18 @@ class ObjectCode:
         the change is to them, their kind or their arch (arch=None: what the bytes say)."""
         values = {f: getattr(self, f) for f in _FIELDS}
         values.update(changes)
+        cls = type(self)   # a LinkResult stays one
         if changes.keys() & {"code", "kind", "arch"}:
-            return ObjectCode(**values)
-        obj = ObjectCode.__new__(ObjectCode)
+            return cls(**values)
+        obj = cls.__new__(cls)
         obj._fill(**values)
         return obj
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The fields, not the instance dict: the mappings are read-only proxies (which pickle
+        # refuses) and entry_points is cached there. Rebuilt without reading the bytes again.
+        return (_unpickle, (type(self), self.code, self.kind, self.arch, self.log,
+                            dict(self.symbols), self.name, dict(self.metadata), self.cache_hit))
 
     def __repr__(self) -> str:
         return (f"ObjectCode(kind={self.kind!r}, arch={self.arch!r}, name={self.name!r}, "
@@ -158,18 +174,20 @@ class ObjectCode:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the bytes as a compiler writes its output (kjit.fileio: a regular file is
         replaced whole, a symlink's target is written, /dev/null or a FIFO is written
-        through and never replaced); name-expression symbols go to a `<path>.kjit.json`
-        sidecar, which a special file cannot have."""
+        through and never replaced); name-expression symbols and the source's declarations
+        (the parameter types kjit.load needs) go to a `<path>.kjit.json` sidecar, which a
+        special file cannot have."""
         from .fileio import write_file
         path = Path(path)
         if write_file(path, self.code):
             return path
         side = path.with_name(path.name + SIDECAR_SUFFIX)
-        if self.symbols or _needs_arch_sidecar(self):
-            write_file(side, json.dumps({"kind": self.kind, "arch": self.arch, "name": self.name,
-                                         "symbols": dict(self.symbols),
-                                         "sha256": sha256(self.code).hexdigest()},
-                                        indent=1, sort_keys=True).encode())
+        if self.symbols or self.declarations or _needs_arch_sidecar(self):
+            record = {"kind": self.kind, "arch": self.arch, "name": self.name,
+                      "symbols": dict(self.symbols), "sha256": sha256(self.code).hexdigest()}
+            if self.declarations:
+                record["declarations"] = self.declarations
+            write_file(side, json.dumps(record, indent=1, sort_keys=True).encode())
         elif side.is_symlink() or side.is_file():
             side.unlink()
         return path
@@ -196,8 +214,112 @@ class ObjectCode:
             # are not what save() writes.
             if not _usable_sidecar(meta, code):
                 meta = {}
+        decls = meta.get("declarations")
         return cls(code, kind=kind or "", arch=meta.get("arch"), symbols=meta.get("symbols", {}),
-                   name=meta.get("name") or path.name)
+                   name=meta.get("name") or path.name,
+                   metadata={"declarations": decls} if decls else None)
+
+
+# Another library's compiled code (cuda.core's ObjectCode, from cuda.core or
+# cuda.core.experimental): its `code_type` names -> kjit kinds. cuda.core's "object" is a
+# linker input of either ELF kind, so its kind comes from the bytes.
+_FOREIGN_KINDS = {"ptx": "ptx", "cubin": "cubin", "fatbin": "fatbin", "ltoir": "ltoir",
+                  "object": "", "library": "library"}
+
+
+def is_foreign_code(value: Any) -> bool:
+    """Whether `value` is another library's compiled-code object: it has a `code_type` string
+    and a `code` (cuda.core's ObjectCode and its look-alikes)."""
+    return (not isinstance(value, ObjectCode) and isinstance(getattr(value, "code_type", None), str)
+            and hasattr(value, "code"))
+
+
+def from_foreign_code(value: Any) -> ObjectCode:
+    """An ObjectCode from another library's compiled-code object: its `code` (bytes, or the
+    path of a file, as cuda.core's `ObjectCode.from_cubin(path)` keeps it), `code_type`,
+    `name` and `symbol_mapping` (name expression -> lowered name, str or bytes; older
+    cuda.core releases keep it as `_sym_map` only)."""
+    code_type = str(value.code_type).lower()
+    if code_type not in _FOREIGN_KINDS:
+        raise InvalidOptionError(
+            f"{type(value).__name__} with code_type {code_type!r}: kjit takes "
+            f"{', '.join(_FOREIGN_KINDS)} code")
+    kind = _FOREIGN_KINDS[code_type]
+    name = str(getattr(value, "name", "") or "")
+    symbols: dict[str, str] = {}
+    mapping = getattr(value, "symbol_mapping", None) or getattr(value, "_sym_map", None) or {}
+    for expr, lowered in dict(mapping).items():
+        if lowered is not None:   # cuda.core keeps None for an expression NVRTC did not lower
+            symbols[_text(expr)] = _text(lowered)
+    code = value.code
+    if isinstance(code, (str, os.PathLike)):
+        obj = ObjectCode.from_file(code, kind=kind or None)
+        return obj.with_(symbols={**obj.symbols, **symbols}, name=name or obj.name)
+    return ObjectCode(code, kind=kind, symbols=symbols, name=name or f"<{code_type}>")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def from_text_or_path(value: str | os.PathLike[str], what: str) -> ObjectCode:
+    """kjit.load's and kjit.link's reading of a str: the path of a file, unless it is PTX
+    text (what cuda.core, CuPy and PyCUDA users hand over). A str with a line break is text;
+    one without is a path when such a file exists. CUDA source text is refused with how to
+    compile it; `what` names the caller in messages."""
+    if isinstance(value, os.PathLike):
+        return ObjectCode.from_file(value)
+    multiline = "\n" in value or "\0" in value
+    if not multiline:
+        try:
+            if os.path.isfile(value):
+                return ObjectCode.from_file(value)
+        except (OSError, ValueError):   # too long to be a path
+            pass
+    if _is_ptx_text(value):
+        return ObjectCode(value.encode(), kind="ptx", name="inline.ptx")
+    if multiline or any(mark in value for mark in ("__global__", "#include", 'extern "C"')):
+        source = "__global__" in value or "#include" in value or "#define" in value
+        raise InvalidOptionError(
+            f"{what} got a string that is neither PTX nor the path of a file"
+            + (": it looks like CUDA C++ source; compile it first, e.g. "
+               + _COMPILE_FIRST.get(what, f"{what}(kjit.compile(source))") if source else
+               ": pass PTX text, compiled code (kjit.ObjectCode, bytes) or a file path"))
+    return ObjectCode.from_file(value)   # says: no such file
+
+
+_COMPILE_FIRST = {"kjit.link": 'kjit.link([kjit.compile(source, target="ltoir"), ...])'}
+
+
+def _is_ptx_text(text: str) -> bool:
+    """PTX: its first statement (after comments and blank lines) is a PTX directive such as
+    .version, or a .version and a .target come early, as the kind sniffer reads bytes."""
+    from .formats.sniff import _PTX_TARGET_RE, _PTX_VERSION_RE
+    head = text[:4096].encode(errors="replace")
+    if _PTX_VERSION_RE.search(head) and _PTX_TARGET_RE.search(head):
+        return True
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("//"):
+            return line.startswith((".version", ".target"))
+    return False
+
+
+def merge_declarations(digests: Iterable[str]) -> str:
+    """One declarations digest for code made of several sources (a link, a fatbin): each
+    distinct digest once, in order. A digest is C declarations, so one after another
+    declares the union; a struct two sources share is declared alike in both."""
+    seen: list[str] = []
+    for d in digests:
+        if d and d not in seen:
+            seen.append(d)
+    return "\n".join(seen)
+
+
+def _unpickle(cls: type, code: bytes, kind: str, arch: str | None, log: str,
+              symbols: Mapping[str, str], name: str, metadata: Mapping[str, Any],
+              cache_hit: bool | None) -> ObjectCode:
+    return cls.from_checked(code, kind, arch, log, symbols, name, metadata, cache_hit)
 
 
 def _usable_sidecar(meta: Any, code: bytes) -> bool:
@@ -207,6 +329,7 @@ def _usable_sidecar(meta: Any, code: bytes) -> bool:
         return False
     symbols = meta.get("symbols", {})
     return (isinstance(meta.get("arch"), (str, type(None))) and isinstance(meta.get("name"), (str, type(None)))
+            and isinstance(meta.get("declarations", ""), str)
             and isinstance(symbols, dict)
             and all(isinstance(k, str) and isinstance(v, str) for k, v in symbols.items()))
 

@@ -49,7 +49,7 @@ def run_build(sources: Sequence[str | os.PathLike[str]], *, output: str | os.Pat
     the directory, then obj.save(path))."""
     from ..compiler.options import CompileOptions
     from .fatbin import make_fatbin
-    from ..objectcode import ObjectCode
+    from ..objectcode import ObjectCode, merge_declarations
 
     t0 = time.perf_counter()
     paths = [Path(s) for s in sources]
@@ -119,7 +119,9 @@ def run_build(sources: Sequence[str | os.PathLike[str]], *, output: str | os.Pat
         from ..formats.bundle import write_bundle
         code = write_bundle([(o.arch, o.code) for o in objs])
         symbols = _merged_symbols(objs)
-        out_obj = ObjectCode(code, kind="hipfb", symbols=symbols, name=res.output.name)
+        declarations = merge_declarations(o.declarations for o in objs)
+        out_obj = ObjectCode(code, kind="hipfb", symbols=symbols, name=res.output.name,
+                             metadata={"declarations": declarations} if declarations else None)
         res.entries = [entry("hsaco", o.arch, o.code, o.cache_hit, _ms(o), [o.name]) for o in objs]
     elif linked:
         link_objs = [ObjectCode.from_file(p) for p in link]
@@ -172,15 +174,11 @@ def _save(obj: Any, path: Path) -> None:
 
 def _link_one(inputs: list, arch: str, lto: bool, cache: bool):
     from ..linker import link as kjit_link
-    from ..objectcode import ObjectCode
-    # nvJitLink, never the driver linker: the output must not depend on the build machine
+    # nvJitLink, never the driver linker: the output must not depend on the build machine.
+    # The result is a cubin ObjectCode carrying the inputs' symbols and declarations.
     result = kjit_link(inputs, arch=arch, backend="nvjitlink", lto=lto, cache=cache)
-    obj = result.object if getattr(result, "object", None) is not None else \
-        ObjectCode(result.code, kind="cubin", arch=arch)
-    if obj.kind != "cubin":
-        obj = ObjectCode(obj.code, kind="cubin", arch=arch, name=obj.name)
-    return (obj.with_(arch=arch, name=f"linked.{arch}"), obj.cache_hit,
-            round(getattr(result, "wall_time_ms", 0.0), 3))
+    return (result.with_(arch=arch, name=f"linked.{arch}"), result.cache_hit,
+            round(result.wall_time_ms, 3))
 
 
 def _merged_symbols(objs: Sequence[Any]) -> dict[str, str]:

@@ -12,7 +12,7 @@ from typing import Iterable, Mapping
 
 from .. import arch as arch_mod
 from ..errors import InvalidOptionError, KjitError
-from ..objectcode import ObjectCode
+from ..objectcode import ObjectCode, merge_declarations
 
 # nvFatbin's -compress-mode values. kjit's default is "none": every entry then stays
 # readable by kjit itself (inspect, PTX version checks in the loader) with no zstd
@@ -118,7 +118,8 @@ def build(items: Iterable[ObjectCode | FatbinInput], *, compress: str = "none") 
 def make_fatbin(objects: Iterable[ObjectCode | FatbinInput], *, compress: str = "none",
                 name: str = "kjit.fatbin", symbols: Mapping[str, str] | None = None) -> ObjectCode:
     """An ObjectCode of kind "fatbin" holding the objects; name-expression symbols of the
-    inputs are merged (they must agree: lowered names do not depend on the arch)."""
+    inputs are merged (they must agree: lowered names do not depend on the arch), and so are
+    their declarations (the parameter types kjit.load reads)."""
     objects = list(objects)
     merged: dict[str, str] = dict(symbols or {})
     for obj in objects:
@@ -128,5 +129,8 @@ def make_fatbin(objects: Iterable[ObjectCode | FatbinInput], *, compress: str = 
                     f"name expression {expr!r} lowers to {merged[expr]!r} in one input and "
                     f"{lowered!r} in another")
     code = build(objects, compress=compress)
+    declarations = merge_declarations(obj.declarations for obj in objects
+                                      if isinstance(obj, ObjectCode))
     return ObjectCode(code, kind="fatbin", symbols=merged, name=name,
-                      metadata={"compress": compress})
+                      metadata={"compress": compress,
+                                **({"declarations": declarations} if declarations else {})})

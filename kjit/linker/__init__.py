@@ -7,62 +7,28 @@ Results are cached by the digests of the inputs, the options, the arch and the l
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from .. import arch as arch_mod
 from ..errors import InvalidOptionError, LinkError
 from ..formats.elf import ElfFormatError
-from ..objectcode import ObjectCode
+from ..objectcode import ObjectCode, merge_declarations
 from . import devrt
 from .choice import BACKENDS, Choice, choose_backend
 from .inputs import InputLike, LinkInput, check_inputs, normalize
 from .options import LinkOptions
+from .result import LinkResult
 
 __all__ = ["link", "ptx_to_cubin", "LinkOptions", "LinkResult", "BACKENDS", "LinkInput"]
-
-
-@dataclass(frozen=True)
-class LinkResult:
-    """A linked cubin with what the linker said.
-
-    wall_time_ms is the time the linker took for this result (kept with the cache entry,
-    so a cache hit reports the original link's time); backend is "driver" or "nvjitlink"
-    and reason says why it was chosen.
-    """
-
-    object: ObjectCode
-    backend: str
-    reason: str
-    info_log: str
-    error_log: str
-    wall_time_ms: float
-    device_runtime: str | None = None
-
-    @property
-    def code(self) -> bytes:
-        return self.object.code
-
-    @property
-    def arch(self) -> str | None:
-        return self.object.arch
-
-    @property
-    def cache_hit(self) -> bool | None:
-        return self.object.cache_hit
-
-    @classmethod
-    def from_object(cls, obj: ObjectCode) -> "LinkResult":
-        m = obj.metadata
-        return cls(obj, m.get("backend", ""), m.get("reason", ""), obj.log,
-                   m.get("error_log", ""), float(m.get("link_ms", 0.0)), m.get("device_runtime"))
 
 
 def link(inputs: Iterable[InputLike] | InputLike, *, arch: str | None = None,
          backend: str = "auto", lto: bool = False, options: LinkOptions | None = None,
          cache: bool = True) -> LinkResult:
-    """Link `inputs` (kjit.ObjectCode, bytes, or file paths; kinds are sniffed) into a cubin.
+    """Link `inputs` (kjit.ObjectCode, cuda.core ObjectCode, bytes, PTX text or file paths;
+    kinds are sniffed) into a cubin: a LinkResult, which is an ObjectCode holding the inputs'
+    name-expression symbols and declarations (so its kernels' parameters stay typed).
 
     arch: "sm_90" (default: the current GPU, else $KJIT_ARCH, else the inputs' common arch).
     backend: "auto", "driver" or "nvjitlink". lto: link-time optimisation (turned on by
@@ -127,7 +93,20 @@ def link(inputs: Iterable[InputLike] | InputLike, *, arch: str | None = None,
     from ..cache import get_or_create
     obj = get_or_create("link", key, create, enabled=cache,
                         label="link " + ", ".join(names[:3]) + (" ..." if len(names) > 3 else ""))
-    return LinkResult.from_object(obj)
+    return LinkResult.from_object(_with_declarations(obj, items))
+
+
+def _with_declarations(obj: ObjectCode, items: list[LinkInput]) -> ObjectCode:
+    """The linked code with the inputs' declarations (the parameter types kjit.load needs),
+    merged. Taken from these inputs, not the cache entry: the key is the inputs' bytes, and
+    the same PTX read from a file (no declarations) and fresh from kjit.compile are one input."""
+    merged = merge_declarations(i.declarations for i in items)
+    if obj.declarations == merged:
+        return obj
+    metadata = {k: v for k, v in obj.metadata.items() if k != "declarations"}
+    if merged:
+        metadata["declarations"] = merged
+    return obj.with_(metadata=metadata)
 
 
 # --- the machine --------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping, Union
 
 from ..formats.elf import ElfFile, ElfFormatError
 from ..errors import InvalidOptionError
-from ..objectcode import ObjectCode
+from ..objectcode import ObjectCode, from_foreign_code, from_text_or_path, is_foreign_code
 
 InputLike = Union[ObjectCode, bytes, bytearray, memoryview, str, "os.PathLike[str]"]
 
@@ -37,6 +37,7 @@ class LinkInput:
     path: Path | None = None      # linked from this file (cuLinkAddFile / nvJitLinkAddFile)
     symbols: Mapping[str, str] = field(default_factory=dict)
     label: str = ""               # how errors name it: "#0 (kernel.cu)", "#1 (bytes)", its path
+    declarations: str = ""        # the source's kernel signatures (ObjectCode.declarations)
 
     def external_references(self) -> set[str] | None:
         """Symbols this input uses but leaves to others (None where the bytes cannot tell)."""
@@ -138,7 +139,8 @@ def _from_object(obj: ObjectCode, path: Path | None, label: str, check: bool) ->
     # Key on what the bytes say (arch=None re-derives it): a PTX file read from disk and the
     # same PTX fresh from kjit.compile are one input.
     return dict(code=obj.code, kind=obj.kind, digest=digest(obj.with_(arch=None)), arch=obj.arch, path=path,
-                symbols=dict(obj.symbols), base=obj.name, label=label)
+                symbols=dict(obj.symbols), base=obj.name, label=label,
+                declarations=obj.declarations)
 
 
 def _one(item: Any, index: int, check: bool) -> dict[str, Any]:
@@ -158,10 +160,18 @@ def _one(item: Any, index: int, check: bool) -> dict[str, Any]:
             return found
         except InvalidOptionError as exc:
             raise InvalidOptionError(f"link input {label} (bytes): {exc}") from None
-    if isinstance(item, str) and ("\n" in item or ".version" in item):
-        raise InvalidOptionError(
-            f"link input {label} is a string that looks like PTX or source text: strings are "
-            "file paths; pass PTX as bytes or as a kjit.ObjectCode")
+    if is_foreign_code(item):   # cuda.core's ObjectCode
+        try:
+            obj = from_foreign_code(item)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"link input {label}: {exc}") from None
+        return _from_object(obj, None, f"{label} ({obj.name})", check)
+    if isinstance(item, str) and not _names_a_file(item):
+        try:   # PTX text (or no such file, said as the path branch says it)
+            obj = from_text_or_path(item, "kjit.link")
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"link input {label}: {exc}") from None
+        return _from_object(obj, None, f"{label} (PTX text)", check)
     if isinstance(item, (str, os.PathLike)):
         path = Path(item)
         if not path.is_file():
@@ -180,8 +190,15 @@ def _one(item: Any, index: int, check: bool) -> dict[str, Any]:
         found["base"] = str(path)
         return found
     raise InvalidOptionError(
-        f"link input {label} is a {type(item).__name__}: pass kjit.ObjectCode, bytes, or a file "
-        "path (str or pathlib.Path)")
+        f"link input {label} is a {type(item).__name__}: pass kjit.ObjectCode, a cuda.core "
+        "ObjectCode, bytes, PTX text or a file path (str or pathlib.Path)")
+
+
+def _names_a_file(text: str) -> bool:
+    try:
+        return "\n" not in text and os.path.isfile(text)
+    except (OSError, ValueError):   # a NUL, or too long to be a path
+        return False
 
 
 def _display_name(base: str, kind: str) -> str:

@@ -5,8 +5,15 @@ mangled names spell out every parameter type. This decoder covers what kernel si
 use: builtin types, pointers, references, cv-qualifiers, class names (float4, __half,
 structs), namespaces, template arguments and parameters, and substitutions. Anything it
 does not understand yields None and the driver's parameter sizes are used instead.
+
+The same decoding finds the kernel a C++ name means (`find_kernel`): a kernel without
+`extern "C"` asked for as `saxpy`, as PyCUDA's SourceModule lets one write it.
 """
 from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from ..errors import KernelNotFoundError
 
 _BUILTIN = {
     "v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char",
@@ -16,6 +23,17 @@ _BUILTIN = {
 }
 _D_BUILTIN = {"Dh": "__half", "Dn": "decltype(nullptr)", "Di": "char32_t", "Ds": "char16_t",
               "DF16_": "__half"}
+
+
+def _literal(body: str) -> str:
+    """A non-type template argument as C++ spells it: `i4` is 4, `jn2`... `b1` is true."""
+    code, value = body[:1], body[1:]
+    if code == "b" and value in ("0", "1"):
+        return "true" if value == "1" else "false"
+    if code in _BUILTIN and code not in "fde" and value.lstrip("n").isdigit():
+        number = ("-" if value.startswith("n") else "") + value.lstrip("n")
+        return number + {"j": "u", "l": "l", "m": "ul", "x": "ll", "y": "ull"}.get(code, "")
+    return "<literal>"
 
 
 class _Unsupported(Exception):
@@ -88,11 +106,11 @@ class _Parser:
         while self.peek() != "E":
             if self.peek() == "L":      # literal: L <type> <value> E
                 self.take()
-                depth = 1
+                start, depth = self.i, 1
                 while depth:
                     ch = self.take()
                     depth += {"L": 1, "E": -1}.get(ch, 0)
-                args.append("<literal>")
+                args.append(_literal(self.s[start:self.i - 1]))
             elif self.peek() == "X":
                 raise _Unsupported("expression template argument")
             else:
@@ -199,11 +217,44 @@ class _Parser:
 
 def parameter_types(mangled: str) -> list[str] | None:
     """The C parameter types of a mangled function name, or None if it can't be decoded."""
+    decoded = _decode(mangled)
+    return decoded[2] if decoded else None
+
+
+def demangle(mangled: str) -> str | None:
+    """`axpy<float>(float, const float*, float*, int)` for `_Z4axpyIfEvT_PKS0_PS0_i`, or None
+    where the name is not one this decoder reads."""
+    decoded = _decode(mangled)
+    return f"{decoded[0]}({', '.join(decoded[2])})" if decoded else None
+
+
+def function_name(mangled: str) -> tuple[str, bool] | None:
+    """(the qualified name with its template arguments, whether it is a template
+    instantiation): ("ns::axpy<float>", True), or None where it cannot be decoded."""
+    decoded = _decode(mangled)
+    return (decoded[0], decoded[1]) if decoded else None
+
+
+def plain_names(qualified: str) -> tuple[str, ...]:
+    """The names a C++ user calls a function by: `ns::axpy<float>` is also `ns::axpy` and
+    `axpy` (template arguments dropped, then the namespaces)."""
+    bare, depth = "", 0
+    for ch in qualified:
+        depth += ch == "<"
+        if not depth:
+            bare += ch
+        depth -= ch == ">" and depth > 0
+    last = bare.rsplit("::", 1)[-1]
+    return tuple(dict.fromkeys((qualified, bare, last)))
+
+
+def _decode(mangled: str) -> tuple[str, bool, list[str]] | None:
+    """(qualified name, templated, parameter types) of a mangled function name."""
     if not mangled.startswith("_Z"):
         return None
     p = _Parser(mangled[2:])
     try:
-        p.name(is_function=True)
+        name = p.name(is_function=True)
         templated = bool(p.template_args)
         if templated:
             p.type()  # template functions encode their return type first
@@ -215,6 +266,72 @@ def parameter_types(mangled: str) -> list[str] | None:
             if t == "void" and not params and p.i >= len(p.s):
                 break
             params.append(t)
-        return params
+        return name, templated, params
     except (_Unsupported, ValueError):
         return None
+
+
+# --- the kernel a C++ name means ---------------------------------------------------------
+
+class KernelNameError(KernelNotFoundError):
+    """No kernel of a module, or more than one, answers to a name. The message lists the
+    module's kernels demangled and says how to pick one; `candidates` holds the lowered names
+    of those the name could mean."""
+
+    def __init__(self, name: str, available: Sequence[str], message: str,
+                 candidates: Sequence[str] = ()):
+        super().__init__(name, available)
+        self.candidates = tuple(candidates)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def find_kernel(name: str, entry_points: Sequence[str], symbols: Mapping[str, str]) -> str:
+    """The entry point that `name` means among a module's kernels: the one C++-linkage kernel
+    called `name` with or without its namespaces and template arguments (`saxpy`, `ns::fill`,
+    `fill<int>`) or its full signature (`saxpy(float*, int)`). KernelNameError when none is,
+    or when several are (overloads, template instantiations)."""
+    wanted = " ".join(name.split())
+    found = []
+    for symbol in entry_points:
+        decoded = _decode(symbol)
+        if decoded and (wanted in plain_names(decoded[0])
+                        or wanted == f"{decoded[0]}({', '.join(decoded[2])})"):
+            found.append(symbol)
+    if len(found) == 1:
+        return found[0]
+    listed = [_shown(s) for s in entry_points] + [e for e in symbols if e not in entry_points]
+    if not found:
+        have = ", ".join(listed) if listed else "(none)"
+        raise KernelNameError(name, listed, f"no kernel named {name!r} in this module; it has: {have}")
+    exprs = [e for e in (_name_expression(s) for s in found) if e]
+    lines = [f"kernel name {name!r} is ambiguous: {len(found)} kernels of this module are called "
+             "that:"]
+    lines += [f"  {demangle(s)}    lowered name {s}" for s in found]
+    if exprs:
+        lines.append("Pick one by its name expression: compile with kjit.compile(source, "
+                     f"name_expressions={exprs!r}) and ask for module.get_function({exprs[0]!r}); "
+                     "or ask for a lowered name above as it is.")
+    else:
+        lines.append("Pick one by asking for its lowered name above.")
+    raise KernelNameError(name, listed, "\n".join(lines), found)
+
+
+def _shown(symbol: str) -> str:
+    """A kernel as an error lists it: `_Z5saxpyPfi (saxpy(float*, int))`, or the bare name."""
+    readable = demangle(symbol)
+    return f"{symbol} ({readable})" if readable else symbol
+
+
+def _name_expression(symbol: str) -> str | None:
+    """The NVRTC name expression that lowers to `symbol`: a template instantiation by its
+    name (`axpy<float>`), an overload by a cast to its type (`static_cast<void(*)(int*)>(k)`)."""
+    decoded = _decode(symbol)
+    if decoded is None or "<literal>" in decoded[0] or any("<literal>" in t for t in decoded[2]):
+        return None
+    qualified, templated, params = decoded
+    if templated:
+        return qualified
+    return f"static_cast<void(*)({', '.join(params)})>({qualified})"

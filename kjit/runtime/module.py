@@ -10,24 +10,29 @@ from typing import Any
 from .. import driver
 from ..errors import ArgumentError, KernelNotFoundError, KjitError
 from ..jit_options import JitOptions, log_full, log_text
-from ..objectcode import ObjectCode
+from ..objectcode import ObjectCode, from_foreign_code, from_text_or_path, is_foreign_code
 from . import dtypes
 from .kernel import Kernel
+from .mangled import find_kernel
 from .stream import relaxed_capture
 from .signature import resolve_slots
 
 
 def _as_object(code: Any) -> ObjectCode:
-    if isinstance(code, ObjectCode):
+    if isinstance(code, ObjectCode):   # a LinkResult is one
         return code
-    inner = getattr(code, "object", None)   # a LinkResult
+    if is_foreign_code(code):          # cuda.core's ObjectCode
+        return from_foreign_code(code)
+    inner = getattr(code, "object", None)   # a kjit build result
     if isinstance(inner, ObjectCode):
         return inner
     if isinstance(code, (bytes, bytearray, memoryview)):
         return ObjectCode(bytes(code))
     if isinstance(code, (str, os.PathLike)):
-        return ObjectCode.from_file(code)
-    raise ArgumentError(f"kjit.load takes an ObjectCode, bytes or a path, got {type(code).__name__}")
+        return from_text_or_path(code, "kjit.load")
+    raise ArgumentError(
+        f"kjit.load takes a kjit.ObjectCode or LinkResult, a cuda.core ObjectCode, bytes, PTX "
+        f"text or a file path, got {type(code).__module__}.{type(code).__qualname__}")
 
 
 class Global:
@@ -60,7 +65,10 @@ class Global:
 
 
 class Module:
-    """Loaded code. `get_function(name)` accepts kernel names and name expressions."""
+    """Loaded code. `get_function(name)` accepts kernel names and name expressions.
+
+    A Module is code loaded into this process's CUDA contexts: it cannot be pickled. Pickle
+    its `object` (the ObjectCode, which keeps its kernels' parameter types) instead."""
 
     def __init__(self, obj: ObjectCode, jit_options: JitOptions | None = None):
         self.object = obj
@@ -174,7 +182,11 @@ class Module:
 
     # --- lookups ----------------------------------------------------------------------
     def get_function(self, name: str) -> Kernel:
-        """The kernel `name` (an entry point or a name expression such as "axpy<float>")."""
+        """The kernel `name`: an entry point, a name expression the code was compiled with
+        ("axpy<float>"), or the C++ name of a kernel without extern "C" ("saxpy",
+        "ns::saxpy", "axpy<float>") when one kernel of the module has it. A name several
+        kernels have (overloads, template instantiations) raises KernelNotFoundError listing
+        them with the name expressions that pick each."""
         handle, device, ctx = self._handle()
         key = (int(ctx), driver.context_epoch(ctx), name)
         cached = self._kernels.get(key)
@@ -190,10 +202,11 @@ class Module:
         symbol = self.object.lowered_name(name)
         drv = driver.bindings()
         err, func = drv.cuModuleGetFunction(handle, symbol.encode())
+        if err == drv.CUresult.CUDA_ERROR_NOT_FOUND:
+            # a C++-linkage kernel asked for by its C++ name, as PyCUDA users write it
+            symbol = find_kernel(name, self.object.entry_points, self.object.symbols)
+            err, func = drv.cuModuleGetFunction(handle, symbol.encode())
         if err:
-            if err == drv.CUresult.CUDA_ERROR_NOT_FOUND:
-                available = list(self.object.entry_points) + list(self.object.symbols)
-                raise KernelNotFoundError(name, available)
             driver.raise_for(err, f"cuModuleGetFunction({name})")
         return Kernel(self, func, name, symbol, self._slots(func, name, symbol), device, ctx)
 
@@ -249,6 +262,12 @@ class Module:
     def __exit__(self, *exc: Any) -> None:
         self.unload()
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise ArgumentError(
+            "a kjit.Module cannot be pickled or copied: it is code loaded into this process's "
+            "CUDA contexts. Pickle its code instead, module.object (a kjit.ObjectCode, which "
+            "keeps its kernels' parameter types), and kjit.load() it in the other process")
+
     def __repr__(self) -> str:
         return f"kjit.Module({self.object.name!r}, {self.object.kind}, kernels={list(self.kernel_names)})"
 
@@ -271,7 +290,8 @@ def _driver_param_info(func: Any) -> list[tuple[int, int]] | None:
 
 
 def load(code: ObjectCode | bytes | str | os.PathLike, *, jit_options: JitOptions | None = None) -> Module:
-    """Load compiled or linked code (ObjectCode, LinkResult, bytes, or a file path).
+    """Load compiled or linked code (ObjectCode, LinkResult, a cuda.core ObjectCode, bytes,
+    PTX text or a file path).
 
     Loading happens in the current context when the first kernel or global is asked for.
     """
