@@ -70,7 +70,11 @@ __global__ void read_constants(int* out) {
 '''
 CONSTANT_NAMES = ["&a", "&b::a", "&d", "&b::d", "&x::a", "&x::d", "&y::a"]
 
-ARCH_CONSTANT = "__device__ const int arch = __CUDA_ARCH__ / 10;\n"
+# the arch a program was compiled for, kept alive by a kernel reading it (LTO drops unused globals)
+ARCH_CONSTANT = r'''
+__device__ int arch = __CUDA_ARCH__ / 10;
+extern "C" __global__ void read_arch(int* out) { *out = arch; }
+'''
 
 LIB = r'''
 __constant__ int c = 5;
