@@ -159,7 +159,8 @@ def compile_uncached(req: CompileRequest, path: search.SearchPath | None = None,
                           "compiler": compiler_version(req.backend), "compile_ms": round(ms, 3),
                           "options": described, "backend": req.backend,
                           "name_expressions": list(req.name_expressions),
-                          "declarations": declarations.extract(req.source),
+                          "declarations": declarations.extract(
+                              req.source, declarations.macros_of(req.options)),
                           **({"pch": used} if used else {})})
 
 

@@ -83,6 +83,8 @@ class Attributes(NamedTuple):
     ptx_version: int
     binary_version: int
     max_dynamic_shared_size_bytes: int
+    cache_mode_ca: int                     # 1: compiled with -Xptxas -dlcm=ca (L1-cached loads)
+    preferred_shared_memory_carveout: int  # percent of L1 preferred as shared memory, -1: default
 
 
 class LaunchConfig(NamedTuple):
@@ -170,7 +172,8 @@ class Kernel(_KernelBase):
             self._attributes = Attributes(
                 get("NUM_REGS"), get("SHARED_SIZE_BYTES"), get("LOCAL_SIZE_BYTES"),
                 get("CONST_SIZE_BYTES"), get("MAX_THREADS_PER_BLOCK"), get("PTX_VERSION"),
-                get("BINARY_VERSION"), get("MAX_DYNAMIC_SHARED_SIZE_BYTES"))
+                get("BINARY_VERSION"), get("MAX_DYNAMIC_SHARED_SIZE_BYTES"), get("CACHE_MODE_CA"),
+                get("PREFERRED_SHARED_MEMORY_CARVEOUT"))
         return self._attributes
 
     def max_active_blocks(self, block_size: int, shared_mem: int = 0) -> int:
@@ -194,6 +197,23 @@ class Kernel(_KernelBase):
     def __repr__(self) -> str:
         sig = ", ".join(s.ctype.name if s.ctype else f"?{s.size}" for s in self.params)
         return f"kjit.Kernel({self.name}({sig}), device={self.device})"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        # CuPy's RawKernel is called k(grid, block, args), PyCUDA's f(*args, block=, grid=)
+        names = ", ".join(s.name for s in self.params)
+        raise ArgumentError(
+            f"a kjit.Kernel is launched with its configuration in brackets: "
+            f"{self.name}[grid, block](*args), or {self.name}[grid, block, stream, shared_mem]"
+            f"(*args), or {self.name}.launch(grid, block, *args, stream=..., shared_mem=...); "
+            f"its arguments: ({names}). (CuPy's k(grid, block, (args...)) is "
+            f"k[grid, block](*args) here.)")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise ArgumentError(
+            f"kjit.Kernel {self.name!r} cannot be pickled or copied: it is a function loaded into "
+            "a CUDA context of this process. Pickle the code it came from (kernel.module.object, "
+            "a kjit.ObjectCode) and, in the other process, kjit.load(code).get_function("
+            f"{self.name!r})")
 
     # --- launching --------------------------------------------------------------------
     # k[config]: _KernelBase looks the launcher up in self._configs, else calls _configure.

@@ -238,7 +238,13 @@ def test_link_external_files(tmp_path):
     ("<cub/block/block_reduce.cuh>",
      "typedef cub::BlockReduce<int, 128> R; __shared__ typename R::TempStorage s;"
      " int v = R(s).Sum(threadIdx.x); if (threadIdx.x == 0) *p = v;"),
-    ("<thrust/complex.h>", "thrust::complex<float> z(1.f, 2.f); *p = (int)thrust::abs(z * z);"),
+    pytest.param(
+        "<thrust/complex.h>", "thrust::complex<float> z(1.f, 2.f); *p = (int)thrust::abs(z * z);",
+        # CCCL 13.3's thrust/detail/complex/stream.h defines its stream operators outside the
+        # _CCCL_HOSTED() guard the rest of thrust/complex.h keeps, so NVRTC (no hosted
+        # standard library: no std::basic_ostream) stops there. Strict: it passes once fixed.
+        marks=pytest.mark.xfail(strict=True, reason="CCCL 13.3: thrust/complex.h needs "
+                                "std::basic_ostream, which NVRTC has not")),
     ("<cassert>", "assert(p != nullptr); *p = 1;"),
 ])
 def test_library_headers_compile(header, body):
