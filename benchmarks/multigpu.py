@@ -3,9 +3,15 @@ same kernel, the devices taking turns), and launch throughput with one thread pe
 against one thread alone. Each result is checked on the device."""
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import statistics
+import subprocess
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -99,6 +105,27 @@ def _first_launch_on_each_device(count: int) -> dict:
     return {"first launch on device 0 (compile + load) ms": firsts[0],
             "first launch on another device (load only) ms": statistics.median(firsts[1:]),
             f"compiles for {count} devices": events.count("miss")}
+
+
+def _c_threads(obj) -> list[float]:
+    """Two threads / one of cuLaunchKernel from C (benchmarks/c/threads_bench.c), per round:
+    how far the driver itself scales; [] where nvcc is missing."""
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if not os.path.exists(nvcc):
+        return []
+    work = Path(tempfile.mkdtemp(prefix="kjit-threads-"))
+    exe = work / "threads_bench"
+    subprocess.run([nvcc, "-O2", "-o", str(exe), str(Path(__file__).parent / "c" / "threads_bench.c"),
+                    "-lcuda"], check=True, capture_output=True)
+    cubin = work / "k.cubin"
+    kjit.compile(launch_source(NARGS), target="cubin").save(cubin)
+
+    def rate(threads: int) -> float:
+        res = subprocess.run([str(exe), str(cubin), f"k{NARGS}", str(threads),
+                              str(THROUGHPUT_BATCHES), str(PER_BATCH)],
+                             check=True, capture_output=True, text=True)
+        return json.loads(res.stdout)["launches_per_s"]
+    return [rate(2) / rate(1) for _ in range(THROUGHPUT_ROUNDS)]
 
 
 def _raw_throughput(fn_name: str, devices: tuple[int, ...]) -> float:
@@ -208,6 +235,11 @@ def run() -> dict:
     results["two threads / one thread, per-round median [min-max]"] = _ratio_summary(scaling)
     results["throughput rounds"] = {"one": [round(x) for x in one], "two": [round(x) for x in two]}
     _raw_throughput.obj = obj
+    c_scaling = _c_threads(obj)
+    if c_scaling:
+        results["C, one thread per device: two threads / one"] = statistics.median(c_scaling)
+        results["kjit two-thread scaling / C's"] = \
+            results["two threads / one thread"] / statistics.median(c_scaling)
     for fn_name, what in (("CDLL", "GIL released"), ("PyDLL", "GIL held")):
         raw_one, raw_two = [], []
         for _ in range(3):

@@ -11,9 +11,11 @@ returns the kernel compiled with T="double", and `scale.precompile([{"T": "float
 compiles several at once, in parallel (kjit.compile_many). Compilation is lazy (first launch), once per
 (parameters, device arch), and goes through kjit.compile's cache.
 
-The device current in the launching thread (kjit.Device, torch.cuda.device, cupy.cuda.Device)
-decides where a launch runs. Each device gets the kernel on its first launch there: devices
-of one arch share one compile and one Module, loaded into each device's context.
+A launch runs on the device of its arrays; with none, on the device current in the launching
+thread (kjit.Device, torch.cuda.device, cupy.cuda.Device). `f[grid, block]` picks the current
+context's kernel, which hands a launch for another device to its twin there. Each device gets
+the kernel on its first launch there: devices of one arch share one compile and one Module,
+loaded into each device's context.
 """
 from __future__ import annotations
 

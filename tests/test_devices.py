@@ -140,3 +140,25 @@ def test_a_later_fault_of_another_kind_reports_the_first(fresh_sticky_record):
     later = raised(719, "cuMemsetD8", ctx)
     assert later.cuda_name == "CUDA_ERROR_ILLEGAL_ADDRESS"
     assert "this call returned CUDA_ERROR_LAUNCH_FAILED" in str(later)
+
+
+def test_the_device_of_a_launch_is_the_one_its_arrays_live_on():
+    """A launch runs where its arrays are, as a PyTorch operator does; scalars, kjit.ptr and
+    host copies name no device; arrays of two devices are refused, each parameter named."""
+    import kjit
+    import numpy as np
+    from kjit.runtime.pointers import arguments_device
+    sig = parse_signatures('extern "C" __global__ void k(float a, const float* x, float* y, '
+                           'float* z, int n) {}')["k"]
+    slots = tuple(Packer("k", layout([p.ctype for p in sig.params], [p.name for p in sig.params],
+                                     None), 0).slots)
+    on = {d: DeviceArray(4, np.float32, ptr=4096 * (d + 1), device=d) for d in (0, 1, 3)}
+    assert arguments_device("k", slots, (1.0, kjit.ptr(64), kjit.ptr(128), kjit.ptr(8), 4)) is None
+    assert arguments_device("k", slots, (1.0, on[3], on[3], kjit.ptr(8), 4)) == 3
+    assert arguments_device("k", slots, (1.0, kjit.In(np.ones(4, np.float32)), on[1],
+                                         kjit.ptr(8), 4)) == 1
+    with pytest.raises(ArgumentError) as err:
+        arguments_device("k", slots, (1.0, on[1], on[0], on[1], 4))
+    said = str(err.value)
+    assert "arrays are on 2 devices ('y' on device 0; 'x', 'z' on device 1)" in said, said
+    assert "kjit.Device(1).enable_peer_access(0)" in said and "kjit.ptr(address)" in said

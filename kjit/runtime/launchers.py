@@ -34,10 +34,11 @@ def build(kernel: Any, fill: Callable[[tuple, list], None], dims: tuple, shared:
     """The launcher of one configuration: grid and block `dims` (six ints), dynamic shared
     memory, a stream (None: the arrays' framework's current stream, read per launch)."""
     pending = PendingCopies(stream)   # this configuration's In/Out copies
-    launch = torch_compile.launch_entry(_python_launcher(kernel, fill, dims, shared, stream,
-                                                         config, flags, pending))
     make = c_function("launcher") if kernel._c_launch is not None else None
-    if make is None or kernel._packer.python_slots:
+    fronted = make is not None and not kernel._packer.python_slots
+    launch = torch_compile.launch_entry(_python_launcher(kernel, fill, dims, shared, stream,
+                                                         config, flags, pending, fronted))
+    if not fronted:
         return launch
     spec, tokens = kernel._packer.c_spec()
     if any(kind in _ARRAY_KINDS for kind, _offset in struct.iter_unpack("<ii", spec)):
@@ -52,7 +53,9 @@ def build(kernel: Any, fill: Callable[[tuple, list], None], dims: tuple, shared:
 
 def _python_launcher(kernel: Any, fill: Callable[[tuple, list], None], dims: tuple,
                      shared: int, stream: Any, config: Any, flags: int,
-                     pending: PendingCopies) -> Callable[..., None]:
+                     pending: PendingCopies, fronted: bool) -> Callable[..., None]:
+    """The launch in Python. `fronted`: a C launcher runs first and hands this one only what
+    it declines, such as arrays of another device, so those are routed before packing."""
     gx, gy, gz, bx, by, bz = dims
     owner, current, name, device = kernel._owner, kernel._current, kernel.name, kernel.device
     params, n, count_error = kernel._ptrs_addr, len(kernel.params), kernel._packer.count_error
@@ -61,12 +64,32 @@ def _python_launcher(kernel: Any, fill: Callable[[tuple, list], None], dims: tup
     call, func = launch_call(kernel)
     bindings, grad_ok = kernel._c_launch is None, flags & GRAD_OK
     last, get_ident = context_mod.last_launch, threading.get_ident
+    given = config[2] if isinstance(config, tuple) and len(config) > 2 else None
+    routes: dict[int, Callable[..., None]] = {}   # device -> this configuration's launcher there
+
+    def route(args: tuple) -> Callable[..., None] | None:
+        """This configuration's launcher on the device of the arguments' arrays where that is
+        another device (made once per device), else None; arrays on two devices, or on
+        another device than a stream given, are refused, naming them."""
+        there = arguments_device(name, kernel.params, args)
+        if there is None or there == device:
+            return None
+        routed = routes.get(there)
+        if routed is None:
+            target = kernel._for_arguments(args, given)
+            with driver.context_pushed(target.context):   # configured in its own context
+                routed = routes[there] = target[config]
+        return routed
 
     def launch(*args: Any) -> None:
         if len(args) != n:
             raise count_error(len(args))
         if grad_ok:
             args = detach_grads(args)
+        if fronted:
+            routed = route(args)
+            if routed is not None:
+                return routed(*args)
         # the kernel's context, read per launch: once destroyed, it is none (a new context
         # at the same address is another context, where the module is loaded again)
         if get_ident() != owner or current() != kernel._ctx:
@@ -80,11 +103,10 @@ def _python_launcher(kernel: Any, fill: Callable[[tuple, list], None], dims: tup
             fill(args, pending)
         except ArgumentError:
             pending.clear()
-            # arrays of another device: the launch belongs there (arrays on two devices are
-            # refused here, naming them)
-            if arguments_device(name, kernel.params, args) in (None, device):
+            routed = route(args)   # arrays of another device: the launch belongs there
+            if routed is None:
                 raise
-            return elsewhere(args, config, gx, gy, gz, bx, by, bz, shared, stream)
+            return routed(*args)
         last[0] = name
         err = call(func, gx, gy, gz, bx, by, bz, shared, s, params)
         if err:
