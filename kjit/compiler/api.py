@@ -30,7 +30,7 @@ from ..settings import switch_on
 from ..objectcode import ObjectCode
 from . import includes, manifest, search
 from .key import NAMESPACE, Described, HeadersChanged, NotObserved, Observed, manifest_key
-from .options import CompileOptions
+from .options import CompileOptions, leaks_state
 from .request import BACKENDS, CompileRequest, make_request
 
 __all__ = ["compile", "compile_key", "make_request", "CompileRequest", "BACKENDS"]
@@ -38,6 +38,25 @@ __all__ = ["compile", "compile_key", "make_request", "CompileRequest", "BACKENDS
 _RETRIES = 3
 _MEMO_MAX = 4096
 STAT_CHECKS_BEFORE_WATCHING = 1
+
+
+def _isolated() -> bool:
+    from .pool import isolated
+    return isolated()
+
+
+def _compile_isolated(source, arch, target, options, name_expressions, name, cache,
+                      _request) -> ObjectCode:
+    """kjit.compile in a worker process of its own, for flags NVRTC would carry into this
+    process's later compiles (pool.LEAKING_FLAGS); keys, cache and errors as here."""
+    from .many import _from_reply, _request as as_request
+    from .pool import compile_isolated
+    req = _request or make_request(source, arch=arch, target=target, options=options,
+                                   name_expressions=name_expressions, backend="cuda", name=name)
+    result = _from_reply(compile_isolated(as_request(({"cache": cache}, req))), req)
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 def compile(source: str, *, arch=None, target: str | None = None,
@@ -57,6 +76,10 @@ def compile(source: str, *, arch=None, target: str | None = None,
     t0 = time.perf_counter()
     if backend not in BACKENDS:  # before the arch, which is resolved for a backend
         raise InvalidOptionError(f"backend={backend!r} is not one of {', '.join(BACKENDS)}")
+    if backend == "cuda" and options is not None and options.extra and \
+            leaks_state(options.extra) and not _isolated():
+        return _compile_isolated(source, arch, target, options, name_expressions, name, cache,
+                                 _request)
     if not cache or not enabled_by_env():
         req = _request or make_request(source, arch=arch, target=target, options=options,
                                        name_expressions=name_expressions, backend=backend,

@@ -226,3 +226,17 @@ def nvrtc_flags(opts: CompileOptions, arch: str, target: str) -> list[str]:
         flags.append(f"--pre-include={PRELUDE}")
     flags += list(opts.extra)
     return flags
+
+
+# NVRTC options whose effect outlives the compile that passed them: once one program of a
+# process is compiled with --restrict, NVRTC (13.0-13.5, measured) compiles every later
+# program of that process as if all its pointers were __restrict__ (a load becomes a
+# non-coherent LDG.CONSTANT): wrong code for kernels whose pointers alias, and binaries that
+# differ from a fresh process's. kjit.compile runs such a compile in a worker process of its
+# own, which ends after it (compiler/pool.py).
+LEAKING_FLAGS = ("--restrict", "-restrict")
+
+
+def leaks_state(extra: Any) -> bool:
+    """Whether these extra NVRTC flags would change the process's later compiles."""
+    return any(str(f).split("=")[0] in LEAKING_FLAGS for f in extra or ())

@@ -37,6 +37,23 @@ _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
          "from kjit.compiler.pool import worker_main; worker_main(sys.argv[2], int(sys.argv[3]))")
 
 
+ENV_ISOLATED = "KJIT_COMPILE_ISOLATED"   # set in a one-compile worker: it compiles, then exits
+
+
+def isolated() -> bool:
+    """This process is a one-compile worker (options.leaks_state flags may be used here)."""
+    return os.environ.get(ENV_ISOLATED) == "1"
+
+
+def compile_isolated(request: str) -> dict:
+    """One compile request answered by a fresh worker process that then exits."""
+    worker = _Worker(isolated=True)
+    try:
+        return worker.ask(request)
+    finally:
+        worker.close()
+
+
 def pool_size(jobs: int | None = None) -> int:
     """Worker count: `jobs`, else $KJIT_COMPILE_JOBS, else the cores this process may use."""
     if jobs is None:
@@ -79,13 +96,16 @@ def _surroundings() -> tuple:
 class _Worker:
     """One worker process and the pipes to it."""
 
-    def __init__(self) -> None:
+    def __init__(self, isolated: bool = False) -> None:
         self.err = tempfile.TemporaryFile()
         self.idle = idle_timeout()
+        env = dict(os.environ, **{ENV_IDLE: str(self.idle)})
+        if isolated:
+            env[ENV_ISOLATED] = "1"
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _BOOT, json.dumps(worker_path()), str(kjit_dir()),
              str(os.getpid()), ], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.err, env=dict(os.environ, **{ENV_IDLE: str(self.idle)}))
+            stderr=self.err, env=env)
         self.greeted = False
         self.last_used = time.monotonic()
         self.started_in = _surroundings()
@@ -255,6 +275,8 @@ def worker_main(expected_kjit: str, ppid: int) -> None:
         reply = _serve(json.loads(line), kjit_compile, CompileOptions)
         out.write(json.dumps(reply, default=str) + "\n")
         out.flush()
+        if isolated():
+            return   # its NVRTC may carry the compile's flags into the next one
 
 
 def _serve(req: dict, kjit_compile: Callable[..., Any], options_cls: type) -> dict:
