@@ -40,20 +40,18 @@ _MEMO_MAX = 4096
 STAT_CHECKS_BEFORE_WATCHING = 1
 
 
-def _isolated() -> bool:
-    from .pool import isolated
-    return isolated()
+# set by compiler/worker.py in a worker started for one compile: it may use such flags
+_ONE_COMPILE_WORKER = [False]
 
 
 def _compile_isolated(source, arch, target, options, name_expressions, name, cache,
                       _request) -> ObjectCode:
     """kjit.compile in a worker process of its own, for flags NVRTC would carry into this
-    process's later compiles (pool.LEAKING_FLAGS); keys, cache and errors as here."""
-    from .many import _from_reply, _request as as_request
-    from .pool import compile_isolated
+    process's later compiles (options.leaks_state); keys, cache and errors as here."""
+    from .pool import compile_isolated, from_reply, request_line
     req = _request or make_request(source, arch=arch, target=target, options=options,
                                    name_expressions=name_expressions, backend="cuda", name=name)
-    result = _from_reply(compile_isolated(as_request(({"cache": cache}, req))), req)
+    result = from_reply(compile_isolated(request_line(req, cache)), req)
     if isinstance(result, BaseException):
         raise result
     return result
@@ -77,7 +75,7 @@ def compile(source: str, *, arch=None, target: str | None = None,
     if backend not in BACKENDS:  # before the arch, which is resolved for a backend
         raise InvalidOptionError(f"backend={backend!r} is not one of {', '.join(BACKENDS)}")
     if backend == "cuda" and options is not None and options.extra and \
-            leaks_state(options.extra) and not _isolated():
+            leaks_state(options.extra) and not _ONE_COMPILE_WORKER[0]:
         return _compile_isolated(source, arch, target, options, name_expressions, name, cache,
                                  _request)
     if not cache or not enabled_by_env():

@@ -8,7 +8,6 @@ jobs=1) compiles here: a single compile never pays for starting a worker.
 """
 from __future__ import annotations
 
-import base64
 import os
 import queue
 import sys
@@ -134,7 +133,7 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
     threads: list[threading.Thread] = []
 
     def on_reply(i: int, reply: Any) -> None:
-        results[i] = _from_reply(reply, items[i][1]) if isinstance(reply, dict) else reply
+        results[i] = pool_mod.from_reply(reply, items[i][1]) if isinstance(reply, dict) else reply
         tracker.done(miss=True)
 
     groups = _prologue_groups(items, size)
@@ -182,13 +181,8 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
 
 
 def _request(item: tuple[dict, Any]) -> str:
-    import json
     kw, req = item
-    opts = {k: pool_mod.jsonable(v) for k, v in req.options.as_dict().items()}
-    return json.dumps({"source": req.source, "name": req.name, "arch": req.arch,
-                       "target": req.target, "options": opts,
-                       "name_expressions": list(req.name_expressions),
-                       "backend": req.backend, "cache": bool(kw["cache"])})
+    return pool_mod.request_line(req, kw["cache"])
 
 
 def _prologue_groups(items: list, size: int) -> list[str | None]:
@@ -206,24 +200,6 @@ def _prologue_groups(items: list, size: int) -> list[str | None]:
         groups.append(None if text is None else _request((kw, req._replace(source=text))))
     counts = Counter(g for g in groups if g is not None)
     return [g if g is not None and counts[g] >= 2 * workers else None for g in groups]
-
-
-def _from_reply(reply: dict, req: Any) -> Any:
-    from ..objectcode import ObjectCode
-    if reply["ok"]:
-        return ObjectCode(base64.b64decode(reply["code"]), kind=reply["kind"], arch=reply["arch"],
-                          log=reply["log"], symbols=reply["symbols"], name=reply["name"],
-                          metadata=reply["metadata"], cache_hit=reply["cache_hit"])
-    if reply.get("error") == "CompileError":
-        from .diagnostics import compile_error
-        return compile_error(reply["message"], log=reply.get("log", ""),
-                             options=reply.get("options", ()), source=req.source,
-                             name=req.name, compiler=reply.get("compiler", "NVRTC"))
-    from .. import errors as errors_mod
-    cls = getattr(errors_mod, str(reply.get("error", "")), None)
-    if cls in (InvalidOptionError, KjitError, errors_mod.CudaUnavailableError):
-        return cls(reply["message"])
-    return KjitError(reply["message"])
 
 
 class _Progress:

@@ -34,19 +34,13 @@ from ..settings import ENV_JOBS, ENV_POOL_IDLE as ENV_IDLE, compile_jobs, pool_i
 # The worker's first lines: the parent's sys.path replaces the worker's before kjit is
 # imported, so an older kjit in the working directory or on PYTHONPATH cannot win.
 _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
-         "from kjit.compiler.pool import worker_main; worker_main(sys.argv[2], int(sys.argv[3]))")
-
-
-ENV_ISOLATED = "KJIT_COMPILE_ISOLATED"   # set in a one-compile worker: it compiles, then exits
-
-
-def isolated() -> bool:
-    """This process is a one-compile worker (options.leaks_state flags may be used here)."""
-    return os.environ.get(ENV_ISOLATED) == "1"
+         "from kjit.compiler.worker import worker_main; "
+         "worker_main(sys.argv[2], int(sys.argv[3]), sys.argv[4] == 'once')")
 
 
 def compile_isolated(request: str) -> dict:
-    """One compile request answered by a fresh worker process that then exits."""
+    """One compile request answered by a fresh worker process that then exits (for flags
+    NVRTC would carry into its process's later compiles: options.leaks_state)."""
     worker = _Worker(isolated=True)
     try:
         return worker.ask(request)
@@ -99,13 +93,10 @@ class _Worker:
     def __init__(self, isolated: bool = False) -> None:
         self.err = tempfile.TemporaryFile()
         self.idle = idle_timeout()
-        env = dict(os.environ, **{ENV_IDLE: str(self.idle)})
-        if isolated:
-            env[ENV_ISOLATED] = "1"
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _BOOT, json.dumps(worker_path()), str(kjit_dir()),
-             str(os.getpid()), ], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.err, env=env)
+             str(os.getpid()), "once" if isolated else "pool"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self.err, env=dict(os.environ, **{ENV_IDLE: str(self.idle)}))
         self.greeted = False
         self.last_used = time.monotonic()
         self.started_in = _surroundings()
@@ -234,76 +225,6 @@ def shared_pool() -> Pool:
         return _pool
 
 
-# --- the worker side ----------------------------------------------------------------------
-
-def _watch_parent(ppid: int) -> None:
-    """End this worker as soon as its parent is gone, even in the middle of a compile."""
-    def watch() -> None:
-        while True:
-            if os.getppid() != ppid:
-                pch = sys.modules.get("kjit.compiler.pch")
-                if pch is not None:  # os._exit skips atexit: its PCH files go first
-                    pch.cleanup()
-                os._exit(0)
-            time.sleep(0.2)
-    threading.Thread(target=watch, daemon=True).start()
-
-
-def worker_main(expected_kjit: str, ppid: int) -> None:
-    """A worker: one JSON request per stdin line, one JSON reply per stdout line."""
-    import select
-    out, inp = sys.stdout, sys.stdin.buffer
-    sys.stdout = sys.stderr   # nothing else may write into the reply pipe
-    _watch_parent(ppid)
-    hello: dict[str, Any] = {"kjit": str(kjit_dir()), "pid": os.getpid()}
-    if hello["kjit"] != expected_kjit:
-        hello["error"] = f"sys.path[0] is {sys.path[0]}"
-    out.write(json.dumps(hello) + "\n")
-    out.flush()
-    if "error" in hello:
-        return
-    from .api import compile as kjit_compile   # loaded while the parent prepares requests
-    from .options import CompileOptions
-    idle = idle_timeout()
-    while True:
-        ready, _, _ = select.select([inp], [], [], idle)
-        if not ready:
-            return   # idle too long: the parent starts a new worker when it needs one
-        line = inp.readline()
-        if not line:
-            return   # the parent closed the pipe or died
-        reply = _serve(json.loads(line), kjit_compile, CompileOptions)
-        out.write(json.dumps(reply, default=str) + "\n")
-        out.flush()
-        if isolated():
-            return   # its NVRTC may carry the compile's flags into the next one
-
-
-def _serve(req: dict, kjit_compile: Callable[..., Any], options_cls: type) -> dict:
-    from ..errors import CompileError
-    from .pch import expect_repeats
-    # the parent sends more of this prologue to this worker: a PCH pays from the first
-    token = expect_repeats.set(bool(req.get("pch_repeat")))
-    try:
-        obj = kjit_compile(req["source"], arch=req["arch"], target=req["target"],
-                           options=options_cls(**req["options"]),
-                           name_expressions=tuple(req["name_expressions"]),
-                           backend=req["backend"], name=req["name"], cache=req["cache"])
-        return {"ok": True, "code": base64.b64encode(obj.code).decode(), "kind": obj.kind,
-                "arch": obj.arch, "log": obj.log, "symbols": dict(obj.symbols),
-                "name": obj.name, "metadata": jsonable(dict(obj.metadata)),
-                "cache_hit": obj.cache_hit}
-    except CompileError as exc:
-        return {"ok": False, "error": "CompileError", "message": exc.message, "log": exc.log,
-                "options": list(exc.options), "compiler": exc.compiler}
-    except KjitError as exc:
-        return {"ok": False, "error": type(exc).__name__, "message": str(exc)}
-    except Exception as exc:  # reported to the parent, which shows it as a KjitError
-        return {"ok": False, "error": "internal", "message": f"{type(exc).__name__}: {exc}"}
-    finally:
-        expect_repeats.reset(token)
-
-
 def jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
@@ -312,3 +233,31 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     return value
+
+
+def request_line(req: Any, cache: bool) -> str:
+    """A compile request (request.CompileRequest) as the JSON line a worker reads."""
+    opts = {k: jsonable(v) for k, v in req.options.as_dict().items()}
+    return json.dumps({"source": req.source, "name": req.name, "arch": req.arch,
+                       "target": req.target, "options": opts,
+                       "name_expressions": list(req.name_expressions),
+                       "backend": req.backend, "cache": bool(cache)})
+
+
+def from_reply(reply: dict, req: Any) -> Any:
+    """A worker's reply as an ObjectCode, or the exception to raise for it."""
+    from ..objectcode import ObjectCode
+    if reply["ok"]:
+        return ObjectCode(base64.b64decode(reply["code"]), kind=reply["kind"], arch=reply["arch"],
+                          log=reply["log"], symbols=reply["symbols"], name=reply["name"],
+                          metadata=reply["metadata"], cache_hit=reply["cache_hit"])
+    if reply.get("error") == "CompileError":
+        from .diagnostics import compile_error
+        return compile_error(reply["message"], log=reply.get("log", ""),
+                             options=reply.get("options", ()), source=req.source,
+                             name=req.name, compiler=reply.get("compiler", "NVRTC"))
+    from .. import errors as errors_mod
+    cls = getattr(errors_mod, str(reply.get("error", "")), None)
+    if cls in (InvalidOptionError, KjitError, errors_mod.CudaUnavailableError):
+        return cls(reply["message"])
+    return KjitError(reply["message"])
