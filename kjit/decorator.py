@@ -93,6 +93,7 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
         self._current: Callable[[], int] | None = None   # cuCtxGetCurrent, resolved on first use
         self._lock = threading.Lock()
         self._specializations: dict[tuple, KernelFunction] = {}
+        self._root: KernelFunction | None = None   # the decorated function it specializes
         self.object = None
         functools.update_wrapper(self, source_fn)
 
@@ -114,8 +115,17 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
             found = KernelFunction(self.source_fn, name=self.name, options=self.options,
                                    arch=self.arch, jit_options=self.jit_options,
                                    params=dict(self.params, **params))
+            found._root = self._root or self
             self._specializations[key] = found
         return found
+
+    def __reduce__(self) -> Any:
+        """Pickled by reference, as functions are: the decorated module-level function by its
+        name (every process compiles and loads it itself), a specialization as that function
+        and its parameters."""
+        if self._root is None:
+            return self.__qualname__
+        return (_specialized, (self._root, tuple(sorted(self.params.items()))))
 
     def compile(self, arch: str | None = None):
         """The ObjectCode for `arch` (default: the current device)."""
@@ -202,6 +212,10 @@ if KernelFunction.__bases__[0] is not _PyKernelFunctionBase:
                           _lookup: Callable = KernelFunction.__bases__[0].__getitem__) -> Callable[..., None]:
         return _lookup(self, config)
     torch_compile.visible_subscript(KernelFunction, _compiled_getitem)
+
+
+def _specialized(root: KernelFunction, params: tuple) -> KernelFunction:
+    return root.specialize(**dict(params))
 
 
 def kernel(fn: Callable[..., str] | None = None, *, name: str | None = None,
