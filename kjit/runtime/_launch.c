@@ -397,6 +397,8 @@ static PyMethodDef methods[] = {
      "register_torch_shim(...): PyTorch's C shim functions, for tensors and the current stream"},
     {"register_stream", (PyCFunction)(void (*)(void))kjit_register_stream, METH_FASTCALL,
      "register_stream(kind, getter): how to read a framework's current stream"},
+    {"set_thread_stream", (PyCFunction)kjit_set_thread_stream, METH_O,
+     "set_thread_stream(handle): this thread's stream for launches given none and no framework array"},
     {"bind", (PyCFunction)bind, METH_NOARGS, "Resolve kjit's libcuda functions."},
     {"current_context", (PyCFunction)current_context, METH_NOARGS, "cuCtxGetCurrent() -> int (0: none)"},
     {"pointer_device", (PyCFunction)pointer_device, METH_O, "The device owning a pointer, -1 if none/unknown."},

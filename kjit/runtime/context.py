@@ -171,6 +171,8 @@ last_launch: list[str] = [""]
 def synchronize() -> None:
     """Wait for all work in the current context; an asynchronous kernel fault is raised here
     as a DriverError that names the kernel launched last."""
+    from .capture import check_not_capturing
+    check_not_capturing("kjit.synchronize()")
     drv = driver.bindings()
     driver.ensure_context()
     (err,) = drv.cuCtxSynchronize()

@@ -101,6 +101,15 @@ _kernels_by_context: dict[int, "weakref.WeakSet[Kernel]"] = {}
 _NO_CONTEXT = 2**64 - 1   # never a context's address, nor 0 (no context current)
 
 
+# Kernels by the address of their CUfunction: what a captured graph node launches
+_kernels_by_handle: "weakref.WeakValueDictionary[int, Kernel]" = weakref.WeakValueDictionary()
+
+
+def kernel_for_handle(handle: int) -> "Kernel | None":
+    """The loaded Kernel whose CUfunction this is (None: one kjit did not load)."""
+    return _kernels_by_handle.get(handle)
+
+
 def wrong_stream_device(kernel: str, device: int, stream_device: int) -> str:
     """The refusal of a stream of another device than the launch's arrays."""
     return (f"kernel {kernel!r}: its arrays are on device {device} but the stream given is on "
@@ -146,6 +155,7 @@ class Kernel(_KernelBase):
         self._ctx_cell = ctypes.c_uint64(self._ctx)   # the C launchers read it per launch
         self._epoch = driver.context_epoch(context)
         _kernels_by_context.setdefault(self._ctx, weakref.WeakSet()).add(self)
+        _kernels_by_handle[int(handle)] = self
         self.params = tuple(slots)
         self._packer = Packer(name, slots, device)
         self._buf, self._ptrs, self._ptrs_addr = self._packer.new_buffers()

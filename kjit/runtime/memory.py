@@ -83,6 +83,8 @@ class DeviceArray:
         self.launch_key = None
         self._ctx = None   # where it was allocated; None: its device's primary context
         if ptr is None:
+            from .capture import check_not_capturing
+            check_not_capturing("allocating a device array")
             ctx = self._ctx = driver.ensure_context()
             self.device = driver.current_device() if device is None else device
             self.ptr = int(driver.call(driver.bindings().cuMemAlloc, max(self.nbytes, 1)))
@@ -120,6 +122,8 @@ class DeviceArray:
 
     # --- copies -----------------------------------------------------------------------
     def copy_from_host(self, host: Any, stream: Any = None) -> "DeviceArray":
+        from .capture import check_not_capturing
+        check_not_capturing("copy_from_host")
         np = dtypes.numpy()
         host = np.asarray(host)
         if host.dtype != self.dtype or host.size != self.size:
@@ -136,6 +140,8 @@ class DeviceArray:
 
     def copy_to_host(self, out: Any = None, stream: Any = None) -> Any:
         """Into `out` (a C-contiguous numpy array of the same dtype and size) or a new one."""
+        from .capture import check_not_capturing
+        check_not_capturing("copy_to_host")
         self._require_contiguous("copy_to_host")
         if out is None:
             out = dtypes.numpy().empty(self.shape, self.dtype)
@@ -151,6 +157,8 @@ class DeviceArray:
         return self.copy_to_host()
 
     def fill_zero(self) -> "DeviceArray":
+        from .capture import check_not_capturing
+        check_not_capturing("fill_zero")
         if self.nbytes:
             with self._home():
                 driver.call(driver.bindings().cuMemsetD8, self.ptr, 0, self.nbytes)

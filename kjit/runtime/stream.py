@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import driver
 from ..errors import ArgumentError
+from .capture import check_not_capturing, thread_stream
 
 
 class Stream:
@@ -40,6 +41,7 @@ class Stream:
         return (0, int(self.handle))
 
     def synchronize(self) -> None:
+        check_not_capturing("Stream.synchronize()")
         (err,) = driver.bindings().cuStreamSynchronize(self.handle)
         if err:
             from .context import raise_async
@@ -279,7 +281,7 @@ def framework_stream(args: tuple, device: int, kernel: str) -> int:
     for a in args:
         seen |= 1 << framework_kind(a)
     if not seen & ~1:
-        return 0
+        return thread_stream()
     torch_s = current_stream(TORCH, device) if seen & (1 << TORCH) else None
     cupy_s = current_stream(CUPY, device) if seen & (1 << CUPY) else None
     if torch_s is not None and cupy_s is not None and torch_s != cupy_s:

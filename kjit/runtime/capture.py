@@ -1,0 +1,55 @@
+"""A kjit graph capture in this thread: the stream launches given none go to, and the refusal
+of what a capture cannot record, asked before the driver is called (a refused call would end
+the capture). The lowest piece of the runtime's stream handling: memory, contexts and streams
+ask it."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..errors import ArgumentError
+from .libcuda import c_function
+
+_thread = threading.local()
+
+
+def thread_stream() -> int:
+    """The stream of a launch given none and no framework array: the legacy stream (0), or
+    the capture stream while this thread captures a kjit graph."""
+    return getattr(_thread, "stream", 0)
+
+
+def check_not_capturing(what: str) -> None:
+    """Refuse, before calling the driver, what a graph capture in this thread cannot record:
+    the driver would fail the call and end the capture."""
+    graph = getattr(_thread, "capture", None)
+    if graph is not None:
+        raise ArgumentError(
+            f"{what} cannot run while this thread captures {graph}: a capture records kernel "
+            "launches, not allocations, host copies or waits, and such a call would end it. "
+            "Make arrays and copies before the capture, synchronize after it")
+
+
+class thread_capture:
+    """Within this block launches given no stream and no framework array go to `handle` (the
+    C launcher reads the same per-thread stream), and check_not_capturing refuses."""
+
+    __slots__ = ("handle", "what", "saved")
+
+    def __init__(self, handle: int, what: str):
+        self.handle, self.what = int(handle), what
+
+    def __enter__(self) -> "thread_capture":
+        self.saved = (getattr(_thread, "stream", 0), getattr(_thread, "capture", None))
+        self._set(self.handle, self.what)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._set(*self.saved)
+
+    @staticmethod
+    def _set(handle: int, what: Any) -> None:
+        _thread.stream, _thread.capture = handle, what
+        setter = c_function("set_thread_stream")
+        if setter is not None:
+            setter(handle)

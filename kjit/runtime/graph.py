@@ -1,0 +1,254 @@
+"""kjit's own CUDA graphs: kernel launches captured from a stream or added one by one, replayed
+with one host call, and updated in place.
+
+    with kjit.graph() as g:                 # captures on g.stream (current device)
+        scale[grid, block](x, n)            # given no stream: the capture stream
+        saxpy[grid, block, g.stream](a, x, y, n)
+    g.launch()                              # replay (on g.stream, or g.launch(stream))
+    g.nodes[1].update(3.0, x, y, n)         # new arguments, no capture again
+    g.launch()
+
+A Graph lives in the context of the device current when it is made. Capturing makes its
+stream the one launches given none go to, kjit's and PyTorch's and CuPy's (their current
+stream, where they are imported), in this thread only (thread-local capture mode). What a
+capture cannot record (allocating, host copies, synchronizing, kjit.In/Out) is refused
+before it reaches the driver, so the capture survives the refusal.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any, Iterator
+
+from .. import driver
+from ..errors import ArgumentError, KjitError
+from .kernel import Kernel, kernel_for_handle
+from .launch_ex import _dim3
+from .memory import _HostTransfer
+from .capture import thread_capture
+from .stream import Stream, as_handle
+
+
+class KernelNode:
+    """One kernel launch of a Graph. `update(*args, grid=, block=, shared_mem=)` gives it new
+    arguments (and geometry) in the graph and, once instantiated, in the executable graph:
+    the next `launch()` runs with them, nothing captured again."""
+
+    def __init__(self, graph: "Graph", handle: Any, kernel: Kernel | None, grid: tuple,
+                 block: tuple, shared_mem: int):
+        self.graph, self.handle, self.kernel = graph, handle, kernel
+        self.grid, self.block, self.shared_mem = grid, block, shared_mem
+        self._buffers: Any = None   # the packed arguments of the last update, kept alive
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name if self.kernel is not None else "<a kernel kjit did not load>"
+
+    def update(self, *args: Any, grid: Any = None, block: Any = None,
+               shared_mem: int | None = None) -> None:
+        if self.kernel is None:
+            raise ArgumentError("this graph node runs a kernel kjit did not load; kjit cannot "
+                                "pack its arguments")
+        grid = _dim3(grid, "grid") if grid is not None else self.grid
+        block = _dim3(block, "block") if block is not None else self.block
+        shared = self.shared_mem if shared_mem is None else shared_mem
+        params, buffers = _node_params(self.kernel, grid, block, shared, args)
+        drv = driver.bindings()
+        with driver.context_pushed(self.graph.context):
+            driver.call(drv.cuGraphKernelNodeSetParams, self.handle, params)
+            if self.graph._exec is not None:
+                driver.call(drv.cuGraphExecKernelNodeSetParams, self.graph._exec, self.handle,
+                            params)
+        self.grid, self.block, self.shared_mem, self._buffers = grid, block, shared, buffers
+
+    def __repr__(self) -> str:
+        return f"kjit.KernelNode({self.name}, grid={self.grid}, block={self.block})"
+
+
+def _node_params(kernel: Kernel, grid: tuple, block: tuple, shared: int, args: tuple) -> tuple:
+    """CUDA_KERNEL_NODE_PARAMS for `kernel` with these arguments, and the buffers they point to
+    (the driver copies the values; kept anyway until the next update)."""
+    kernel._check_shared(shared)
+    if any(isinstance(a, _HostTransfer) for a in args):
+        raise ArgumentError(f"kernel {kernel.name!r}: kjit.In/Out/InOut copy host arrays around "
+                            "a launch, which a graph node cannot; pass device arrays")
+    buf, ptrs, addr = kernel._packer.new_buffers()
+    kernel._packer.careful(buf, args, [])
+    drv = driver.bindings()
+    p = drv.CUDA_KERNEL_NODE_PARAMS()
+    p.func = kernel.handle
+    p.gridDimX, p.gridDimY, p.gridDimZ = grid
+    p.blockDimX, p.blockDimY, p.blockDimZ = block
+    p.sharedMemBytes = shared
+    p.kernelParams = addr
+    return p, (buf, ptrs)
+
+
+class Graph:
+    """A CUDA graph of kernel launches on one device (the current one when it is made)."""
+
+    def __init__(self) -> None:
+        self.context = driver.ensure_context()
+        self._epoch = driver.context_epoch(self.context)
+        self.device = driver.current_device()
+        self.handle = driver.call(driver.bindings().cuGraphCreate, 0)
+        self._exec: Any = None
+        self.nodes: list[KernelNode] = []
+        self._stream: Stream | None = None
+
+    @property
+    def stream(self) -> Stream:
+        """The graph's own stream (non-blocking, made on first use): capture and replay go
+        there unless another stream is named."""
+        if self._stream is None:
+            with driver.context_pushed(self.context):
+                self._stream = Stream(non_blocking=True)
+        return self._stream
+
+    # --- making it ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def capture(self, stream: Any = None) -> Iterator["Graph"]:
+        """Record the launches made in this block on `stream` (default: the graph's own) and
+        add them to the graph, in order after what it holds."""
+        if self.nodes or self._exec is not None:
+            raise KjitError("this graph already holds launches; capture into a new kjit.Graph()")
+        handle = as_handle(stream) if stream is not None else self.stream.handle
+        if int(handle) in (0, 1, 2):
+            raise ArgumentError("a capture needs a stream of its own, not the legacy or "
+                                "per-thread default stream: name one, or let the graph use its own")
+        drv = driver.bindings()
+        with driver.context_pushed(self.context):
+            driver.call(drv.cuStreamBeginCapture, handle,
+                        drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            try:
+                with thread_capture(int(handle), "a kjit graph"), \
+                        _framework_streams(int(handle), self.device):
+                    yield self
+            except BaseException:
+                err, graph = drv.cuStreamEndCapture(handle)   # the stream leaves capture mode
+                if not err and int(graph):
+                    drv.cuGraphDestroy(graph)
+                raise
+            err, graph = drv.cuStreamEndCapture(handle)
+            if err:
+                driver.raise_for(err, "cuStreamEndCapture",
+                                 "the capture was ended by a call it could not record")
+            driver.call(drv.cuGraphDestroy, self.handle)
+            self.handle = graph
+            self.nodes = self._kernel_nodes()
+
+    def add(self, kernel: Any, grid: Any, block: Any, *args: Any, shared_mem: int = 0,
+            after: "KernelNode | list[KernelNode] | None" = None) -> KernelNode:
+        """Add a launch of `kernel` (a Kernel, or an @kjit.kernel function: its kernel on the
+        graph's device) without capturing; it runs after the nodes in `after` (default: the
+        last node added, so nodes added one by one run in order)."""
+        kernel = _kernel_on(kernel, self)
+        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+        params, buffers = _node_params(kernel, grid, block, shared_mem, args)
+        deps = [n.handle for n in (after if isinstance(after, list) else [after])] \
+            if after is not None else ([self.nodes[-1].handle] if self.nodes else [])
+        with driver.context_pushed(self.context):
+            handle = driver.call(driver.bindings().cuGraphAddKernelNode, self.handle, deps,
+                                 len(deps), params)
+        node = KernelNode(self, handle, kernel, grid, block, shared_mem)
+        node._buffers = buffers
+        self.nodes.append(node)
+        self._drop_exec()   # a new node changes the graph: instantiated again on launch
+        return node
+
+    def _kernel_nodes(self) -> list[KernelNode]:
+        drv = driver.bindings()
+        count = _node_count(self.handle)
+        if not count:
+            return []
+        handles, _n = driver.call(drv.cuGraphGetNodes, self.handle, count)
+        nodes = []
+        for h in handles[:count]:
+            if driver.call(drv.cuGraphNodeGetType, h) != drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
+                continue
+            p = driver.call(drv.cuGraphKernelNodeGetParams, h)
+            nodes.append(KernelNode(self, h, kernel_for_handle(int(p.func)),
+                                    (p.gridDimX, p.gridDimY, p.gridDimZ),
+                                    (p.blockDimX, p.blockDimY, p.blockDimZ), p.sharedMemBytes))
+        return nodes
+
+    # --- running it -----------------------------------------------------------------------
+    def launch(self, stream: Any = None) -> None:
+        """Replay every launch of the graph, in one host call, on `stream` (default: the
+        graph's own stream; any stream of the graph's device)."""
+        drv = driver.bindings()
+        with driver.context_pushed(self.context):
+            if self._exec is None:
+                self._exec = driver.call(drv.cuGraphInstantiate, self.handle, 0)
+            handle = as_handle(stream) if stream is not None else self.stream.handle
+            driver.call(drv.cuGraphLaunch, self._exec, handle)
+
+    def synchronize(self) -> None:
+        """Wait for the graph's own stream."""
+        self.stream.synchronize()
+
+    def _drop_exec(self) -> None:
+        if self._exec is not None:
+            with driver.context_pushed(self.context):
+                driver.bindings().cuGraphExecDestroy(self._exec)
+            self._exec = None
+
+    def close(self) -> None:
+        if self.handle is not None and driver.context_epoch(self.context) == self._epoch:
+            self._drop_exec()
+            driver.bindings().cuGraphDestroy(self.handle)
+        self.handle = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return f"kjit.Graph(device={self.device}, nodes={[n.name for n in self.nodes]})"
+
+
+def _node_count(graph: Any) -> int:
+    err, _nodes, count = driver.bindings().cuGraphGetNodes(graph, 0)
+    if err:
+        driver.raise_for(err, "cuGraphGetNodes")
+    return int(count)
+
+
+def _kernel_on(kernel: Any, graph: Graph) -> Kernel:
+    """The Kernel a node of `graph` launches: a Kernel of the graph's device, or the kernel of
+    an @kjit.kernel function (or of a Kernel's module) loaded there."""
+    with driver.context_pushed(graph.context):
+        if isinstance(kernel, Kernel):
+            return kernel if kernel._ctx == int(graph.context) else \
+                kernel.module.get_function(kernel.name)
+        getter = getattr(kernel, "kernel", None)
+        if callable(getter):
+            return getter()
+    raise ArgumentError(f"Graph.add takes a kjit.Kernel or an @kjit.kernel function, got "
+                        f"{type(kernel).__name__}")
+
+
+@contextlib.contextmanager
+def _framework_streams(handle: int, device: int) -> Iterator[None]:
+    """PyTorch's and CuPy's current stream made the capture stream (where they are imported),
+    so their launches and kjit launches on their arrays given no stream are recorded too."""
+    with contextlib.ExitStack() as stack:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            stack.enter_context(torch.cuda.stream(
+                torch.cuda.ExternalStream(handle, device=torch.device("cuda", device))))
+        cupy = sys.modules.get("cupy")
+        if cupy is not None:
+            stack.enter_context(cupy.cuda.ExternalStream(handle))
+        yield
+
+
+@contextlib.contextmanager
+def graph(stream: Any = None) -> Iterator[Graph]:
+    """`with kjit.graph() as g:` makes a Graph on the current device and captures the block
+    into it (see Graph.capture)."""
+    g = Graph()
+    with g.capture(stream):
+        yield g

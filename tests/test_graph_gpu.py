@@ -1,0 +1,156 @@
+"""kjit's own CUDA graphs: captured from a stream or built node by node, replayed with one
+call, updated in place without capturing again; with kjit, PyTorch and CuPy arrays, on any
+device; what a capture cannot record refused before it ends the capture."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kjit
+from kjit import driver
+from kjit.errors import ArgumentError
+
+pytestmark = pytest.mark.gpu
+rng = np.random.default_rng()
+N = 1 << 14
+GRID, BLOCK = kjit.cdiv(N, 256), 256
+
+
+@kjit.kernel
+def saxpy():
+    return r'''
+    extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = a * x[i] + y[i];
+    }'''
+
+
+@kjit.kernel
+def scale():
+    return r'''
+    extern "C" __global__ void scale(float* x, float f, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) x[i] *= f;
+    }'''
+
+
+def floats() -> np.ndarray:
+    return rng.standard_normal(N).astype(np.float32)
+
+
+def test_a_captured_graph_replays_and_updates_in_place():
+    xh, yh = floats(), floats()
+    x, y = kjit.to_device(xh), kjit.to_device(yh)
+    saxpy[GRID, BLOCK](0.0, x, y, N)   # warm-up: loads the modules outside the capture
+    scale[GRID, BLOCK](x, 1.0, N)
+    kjit.synchronize()
+    with kjit.graph() as g:
+        saxpy[GRID, BLOCK](2.0, x, y, N)          # given no stream: the capture stream
+        scale[GRID, BLOCK, g.stream](y, 0.5, N)   # or named
+    g.synchronize()
+    np.testing.assert_array_equal(y.get(), yh)    # capturing ran nothing
+    assert [n.name for n in g.nodes] == ["saxpy", "scale"]
+    expect = yh.astype(np.float64)
+    for _ in range(3):
+        g.launch()
+        expect = (2 * xh + expect) * 0.5
+    g.synchronize()
+    np.testing.assert_allclose(y.get(), expect, rtol=1e-5, atol=1e-5)
+    # new arguments and grid for the first node: no capture again
+    x2, y2 = kjit.to_device(floats()), kjit.zeros(N, "float32")
+    g.nodes[0].update(1.0, x2, y2, N)
+    g.nodes[1].update(y2, 3.0, N, grid=(GRID,), block=(BLOCK,))
+    g.launch()
+    g.synchronize()
+    np.testing.assert_allclose(y2.get(), 3 * x2.get(), rtol=1e-6)
+    np.testing.assert_allclose(y.get(), expect, rtol=1e-5, atol=1e-5)   # untouched now
+    with pytest.raises(ArgumentError, match="parameter 0 'a'"):
+        g.nodes[0].update("two", x2, y2, N)
+
+
+def test_a_graph_built_node_by_node_runs_in_order_on_any_stream():
+    xh = floats()
+    x, y = kjit.to_device(xh), kjit.zeros(N, "float32")
+    g = kjit.Graph()
+    first = g.add(saxpy, GRID, BLOCK, 1.0, x, y, N)      # y = x
+    g.add(scale, GRID, BLOCK, y, 4.0, N)                 # after it: y = 4x
+    assert len(g.nodes) == 2 and g.nodes[0] is first
+    other = kjit.Stream(non_blocking=True)
+    g.launch(other)
+    other.synchronize()
+    np.testing.assert_allclose(y.get(), 4 * xh, rtol=1e-6)
+    g.add(scale, GRID, BLOCK, y, 0.5, N)                 # a new node: instantiated again
+    first.update(0.0, x, y, N)                           # y += 0
+    g.launch()
+    g.synchronize()
+    np.testing.assert_allclose(y.get(), 4 * 4 * xh * 0.5, rtol=1e-5)
+
+
+def test_what_a_capture_cannot_record_is_refused_and_the_capture_survives():
+    xh = floats()
+    x, y = kjit.to_device(xh), kjit.zeros(N, "float32")
+    saxpy[GRID, BLOCK](0.0, x, y, N)
+    kjit.synchronize()
+    with kjit.graph() as g:
+        saxpy[GRID, BLOCK](1.0, x, y, N)
+        for what, call in [("allocating", lambda: kjit.zeros(4, "float32")),
+                           ("allocating", lambda: kjit.to_device(xh)),
+                           ("kjit.synchronize", kjit.synchronize),
+                           ("Stream.synchronize", lambda: g.stream.synchronize()),
+                           ("copy_to_host", y.get),
+                           ("graph capture cannot record",
+                            lambda: saxpy[GRID, BLOCK](1.0, kjit.In(xh), y, N))]:
+            with pytest.raises(ArgumentError, match=what):
+                call()
+        saxpy[GRID, BLOCK](1.0, x, y, N)
+    g.launch()
+    g.synchronize()
+    np.testing.assert_allclose(y.get(), 2 * xh, rtol=1e-6)
+    kjit.zeros(4, "float32")   # outside the capture everything works again
+    kjit.synchronize()
+
+
+def test_torch_and_cupy_work_inside_a_kjit_graph():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(N, device="cuda")
+    y = torch.zeros(N, device="cuda")
+    saxpy[GRID, BLOCK](0.0, x, y, N)
+    torch.cuda.synchronize()
+    with kjit.graph() as g:
+        saxpy[GRID, BLOCK](1.0, x, y, N)   # torch's current stream is the capture stream
+        y.mul_(2)                          # PyTorch's own work is recorded too
+    for _ in range(2):
+        g.launch()
+    g.synchronize()
+    torch.testing.assert_close(y, 6 * x)   # (0 + x) * 2 = 2x, then (2x + x) * 2 = 6x
+    cp = pytest.importorskip("cupy")
+    a = cp.asarray(floats())
+    b = cp.zeros(N, cp.float32)
+    cp.cuda.Device().synchronize()
+    with kjit.graph() as g2:
+        saxpy[GRID, BLOCK](1.0, a, b, N)
+    g2.launch()
+    g2.synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(b), cp.asnumpy(a))
+
+
+def test_a_graph_on_another_device():
+    count = driver.device_count()
+    if count < 2:
+        pytest.skip(f"needs two GPUs; this machine has {count}")
+    d = count - 1
+    xh = floats()
+    with kjit.Device(d):
+        x, y = kjit.to_device(xh), kjit.zeros(N, "float32")
+        saxpy[GRID, BLOCK](0.0, x, y, N)
+        kjit.synchronize()
+        with kjit.graph() as g:
+            saxpy[GRID, BLOCK](1.0, x, y, N)
+    assert g.device == d
+    g.launch()          # from device 0's thread state: the graph's own context
+    g.synchronize()
+    np.testing.assert_array_equal(y.get(), xh)
+    with kjit.Device(0):
+        x0 = kjit.to_device(xh)
+    with pytest.raises(ArgumentError, match="device"):
+        g.nodes[0].update(1.0, x0, y, N)
