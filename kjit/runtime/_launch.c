@@ -21,7 +21,9 @@ typedef int (*launch_fn)(void*, unsigned, unsigned, unsigned, unsigned, unsigned
 typedef int (*pointer_attrs_fn)(unsigned, int*, void**, unsigned long long);
 typedef int (*ctx_push_fn)(void*);
 typedef int (*ctx_pop_fn)(void**);
+typedef int (*graph_launch_fn)(void*, void*);
 static launch_fn cu_launch = NULL;
+static graph_launch_fn cu_graph_launch = NULL;
 static ctx_push_fn cu_ctx_push = NULL;
 static ctx_pop_fn cu_ctx_pop = NULL;
 static kjit_ctx_current_fn cu_ctx_current = NULL;
@@ -46,6 +48,7 @@ static PyObject* bind(PyObject* self, PyObject* noargs) {
                         "cuPointerGetAttributes or cuCtxPush/PopCurrent");
         return NULL;
     }
+    cu_graph_launch = (graph_launch_fn)dlsym(h, "cuGraphLaunch");   /* optional: kjit graphs */
     cu_ctx_push = (ctx_push_fn)push_sym;
     cu_ctx_pop = (ctx_pop_fn)pop_sym;
     cu_ctx_current = (kjit_ctx_current_fn)current_sym;
@@ -107,6 +110,28 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
     Py_BEGIN_ALLOW_THREADS  /* the driver may block when its queue is full */
     r = cu_launch((void*)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3], (unsigned)v[4],
                   (unsigned)v[5], (unsigned)v[6], (unsigned)v[7], (void*)v[8], (void**)v[9], NULL);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(r);
+}
+
+/* graph_launch(exec, stream) -> CUresult as int: a kjit Graph's replay, one host call */
+static PyObject* graph_launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "graph_launch takes 2 ints");
+        return NULL;
+    }
+    if (!require_bound()) return NULL;
+    if (!cu_graph_launch) {
+        PyErr_SetString(PyExc_OSError, "libcuda.so.1 lacks cuGraphLaunch");
+        return NULL;
+    }
+    unsigned long long exec = PyLong_AsUnsignedLongLong(args[0]);
+    if (exec == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    unsigned long long stream = PyLong_AsUnsignedLongLong(args[1]);
+    if (stream == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = cu_graph_launch((void*)(uintptr_t)exec, (void*)(uintptr_t)stream);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(r);
 }
@@ -403,6 +428,7 @@ static PyMethodDef methods[] = {
     {"current_context", (PyCFunction)current_context, METH_NOARGS, "cuCtxGetCurrent() -> int (0: none)"},
     {"pointer_device", (PyCFunction)pointer_device, METH_O, "The device owning a pointer, -1 if none/unknown."},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "cuLaunchKernel(...) -> int"},
+    {"graph_launch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, "cuGraphLaunch(exec, stream) -> int"},
     {"launcher", (PyCFunction)(void (*)(void))make_launcher, METH_FASTCALL, "A Launcher for one configuration."},
     {NULL, NULL, 0, NULL},
 };

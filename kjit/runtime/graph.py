@@ -24,21 +24,26 @@ from .. import driver
 from ..errors import ArgumentError, KjitError
 from .kernel import Kernel, kernel_for_handle
 from .launch_ex import _dim3
+from .libcuda import c_function, current_context_fn
 from .memory import _HostTransfer
 from .capture import thread_capture
-from .stream import Stream, as_handle
+from .stream import Stream, as_handle, capture_hint
 
 
 class KernelNode:
     """One kernel launch of a Graph. `update(*args, grid=, block=, shared_mem=)` gives it new
-    arguments (and geometry) in the graph and, once instantiated, in the executable graph:
-    the next `launch()` runs with them, nothing captured again."""
+    arguments (and geometry) in the executable graph: the next `launch()` runs with them,
+    nothing captured again."""
 
     def __init__(self, graph: "Graph", handle: Any, kernel: Kernel | None, grid: tuple,
                  block: tuple, shared_mem: int):
         self.graph, self.handle, self.kernel = graph, handle, kernel
         self.grid, self.block, self.shared_mem = grid, block, shared_mem
-        self._buffers: Any = None   # the packed arguments of the last update, kept alive
+        self._params: Any = None   # its CUDA_KERNEL_NODE_PARAMS, made on first use
+        self._dirty = False        # updated since the graph (not its executable) last heard
+        if kernel is not None:     # one buffer per node, reused: the driver copies the values
+            self._buf, self._ptrs, self._addr = kernel._packer.new_buffers()
+            self._fill = kernel._packer.filler(self._buf, c_function("pack"))
 
     @property
     def name(self) -> str:
@@ -46,42 +51,60 @@ class KernelNode:
 
     def update(self, *args: Any, grid: Any = None, block: Any = None,
                shared_mem: int | None = None) -> None:
-        if self.kernel is None:
+        kernel = self.kernel
+        if kernel is None:
             raise ArgumentError("this graph node runs a kernel kjit did not load; kjit cannot "
                                 "pack its arguments")
-        grid = _dim3(grid, "grid") if grid is not None else self.grid
-        block = _dim3(block, "block") if block is not None else self.block
-        shared = self.shared_mem if shared_mem is None else shared_mem
-        params, buffers = _node_params(self.kernel, grid, block, shared, args)
-        drv = driver.bindings()
-        with driver.context_pushed(self.graph.context):
-            driver.call(drv.cuGraphKernelNodeSetParams, self.handle, params)
-            if self.graph._exec is not None:
-                driver.call(drv.cuGraphExecKernelNodeSetParams, self.graph._exec, self.handle,
-                            params)
-        self.grid, self.block, self.shared_mem, self._buffers = grid, block, shared, buffers
+        self._pack(args)
+        p = self._params
+        if grid is not None:
+            self.grid = p.gridDimX, p.gridDimY, p.gridDimZ = _dim3(grid, "grid")
+        if block is not None:
+            self.block = p.blockDimX, p.blockDimY, p.blockDimZ = _dim3(block, "block")
+        if shared_mem is not None:
+            kernel._check_shared(shared_mem)
+            self.shared_mem = p.sharedMemBytes = shared_mem
+        self._dirty = True   # the graph takes it when it is instantiated again
+        graph = self.graph
+        if graph._exec is None:
+            return
+        if kernel._current() == graph._ctx:
+            (err,) = _exec_set(graph._exec, self.handle, p)
+        else:
+            with driver.context_pushed(graph.context):
+                (err,) = _exec_set(graph._exec, self.handle, p)
+        if err:
+            driver.raise_for(err, "cuGraphExecKernelNodeSetParams")
+
+    def _pack(self, args: tuple) -> None:
+        """The arguments into this node's buffer, checked as for a launch; its params made
+        on first use."""
+        for a in args:
+            if isinstance(a, _HostTransfer):
+                raise ArgumentError(
+                    f"kernel {self.name!r}: kjit.In/Out/InOut copy host arrays around a launch, "
+                    "which a graph node cannot; pass device arrays")
+        self._fill(args, [])
+        if self._params is None:
+            p = self._params = driver.bindings().CUDA_KERNEL_NODE_PARAMS()
+            p.func = self.kernel.handle
+            p.gridDimX, p.gridDimY, p.gridDimZ = self.grid
+            p.blockDimX, p.blockDimY, p.blockDimZ = self.block
+            p.sharedMemBytes = self.shared_mem
+            p.kernelParams = self._addr
+
+    def _sync_graph(self) -> None:
+        """Give the graph the node's present parameters (before it is instantiated again)."""
+        if self._dirty:
+            driver.call(driver.bindings().cuGraphKernelNodeSetParams, self.handle, self._params)
+            self._dirty = False
 
     def __repr__(self) -> str:
         return f"kjit.KernelNode({self.name}, grid={self.grid}, block={self.block})"
 
 
-def _node_params(kernel: Kernel, grid: tuple, block: tuple, shared: int, args: tuple) -> tuple:
-    """CUDA_KERNEL_NODE_PARAMS for `kernel` with these arguments, and the buffers they point to
-    (the driver copies the values; kept anyway until the next update)."""
-    kernel._check_shared(shared)
-    if any(isinstance(a, _HostTransfer) for a in args):
-        raise ArgumentError(f"kernel {kernel.name!r}: kjit.In/Out/InOut copy host arrays around "
-                            "a launch, which a graph node cannot; pass device arrays")
-    buf, ptrs, addr = kernel._packer.new_buffers()
-    kernel._packer.careful(buf, args, [])
-    drv = driver.bindings()
-    p = drv.CUDA_KERNEL_NODE_PARAMS()
-    p.func = kernel.handle
-    p.gridDimX, p.gridDimY, p.gridDimZ = grid
-    p.blockDimX, p.blockDimY, p.blockDimZ = block
-    p.sharedMemBytes = shared
-    p.kernelParams = addr
-    return p, (buf, ptrs)
+def _exec_set(exec_: Any, node: Any, params: Any) -> tuple:
+    return driver.bindings().cuGraphExecKernelNodeSetParams(exec_, node, params)
 
 
 class Graph:
@@ -89,6 +112,8 @@ class Graph:
 
     def __init__(self) -> None:
         self.context = driver.ensure_context()
+        self._ctx = int(self.context)
+        self._current = current_context_fn()
         self._epoch = driver.context_epoch(self.context)
         self.device = driver.current_device()
         self.handle = driver.call(driver.bindings().cuGraphCreate, 0)
@@ -143,15 +168,15 @@ class Graph:
         graph's device) without capturing; it runs after the nodes in `after` (default: the
         last node added, so nodes added one by one run in order)."""
         kernel = _kernel_on(kernel, self)
-        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
-        params, buffers = _node_params(kernel, grid, block, shared_mem, args)
+        kernel._check_shared(shared_mem)
+        node = KernelNode(self, None, kernel, _dim3(grid, "grid"), _dim3(block, "block"),
+                          shared_mem)
+        node._pack(args)
         deps = [n.handle for n in (after if isinstance(after, list) else [after])] \
             if after is not None else ([self.nodes[-1].handle] if self.nodes else [])
         with driver.context_pushed(self.context):
-            handle = driver.call(driver.bindings().cuGraphAddKernelNode, self.handle, deps,
-                                 len(deps), params)
-        node = KernelNode(self, handle, kernel, grid, block, shared_mem)
-        node._buffers = buffers
+            node.handle = driver.call(driver.bindings().cuGraphAddKernelNode, self.handle, deps,
+                                      len(deps), node._params)
         self.nodes.append(node)
         self._drop_exec()   # a new node changes the graph: instantiated again on launch
         return node
@@ -176,12 +201,30 @@ class Graph:
     def launch(self, stream: Any = None) -> None:
         """Replay every launch of the graph, in one host call, on `stream` (default: the
         graph's own stream; any stream of the graph's device)."""
+        if self._exec is None:
+            self._instantiate()
+        handle = self._stream_handle if stream is None else int(as_handle(stream))
+        if self._current() == self._ctx:
+            err = self._replay(self._exec_handle, handle)
+        else:
+            with driver.context_pushed(self.context):
+                err = self._replay(self._exec_handle, handle)
+        if err:
+            driver.raise_for(err, "cuGraphLaunch", capture_hint(err, handle) or "")
+
+    def _instantiate(self) -> None:
         drv = driver.bindings()
         with driver.context_pushed(self.context):
-            if self._exec is None:
-                self._exec = driver.call(drv.cuGraphInstantiate, self.handle, 0)
-            handle = as_handle(stream) if stream is not None else self.stream.handle
-            driver.call(drv.cuGraphLaunch, self._exec, handle)
+            for node in self.nodes:
+                node._sync_graph()
+            self._exec = driver.call(drv.cuGraphInstantiate, self.handle, 0)
+        self._exec_handle = int(self._exec)
+        self._stream_handle = int(self.stream.handle)
+        launch = c_function("graph_launch")
+        if launch is None:   # no C extension: cuda.bindings' call
+            def launch(exec_: int, stream: int) -> int:
+                return int(drv.cuGraphLaunch(drv.CUgraphExec(exec_), drv.CUstream(stream))[0])
+        self._replay = launch
 
     def synchronize(self) -> None:
         """Wait for the graph's own stream."""
