@@ -121,14 +121,10 @@ static PyObject* graph_launch(PyObject* self, PyObject* const* args, Py_ssize_t 
         return NULL;
     }
     if (!require_bound()) return NULL;
-    if (!cu_graph_launch) {
-        PyErr_SetString(PyExc_OSError, "libcuda.so.1 lacks cuGraphLaunch");
-        return NULL;
-    }
+    if (!cu_graph_launch) return PyErr_Format(PyExc_OSError, "libcuda.so.1 lacks cuGraphLaunch");
     unsigned long long exec = PyLong_AsUnsignedLongLong(args[0]);
-    if (exec == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     unsigned long long stream = PyLong_AsUnsignedLongLong(args[1]);
-    if (stream == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    if (PyErr_Occurred()) return NULL;
     int r;
     Py_BEGIN_ALLOW_THREADS
     r = cu_graph_launch((void*)(uintptr_t)exec, (void*)(uintptr_t)stream);
