@@ -74,7 +74,7 @@ def compile(source: str, *, arch=None, target: str | None = None,
     t0 = time.perf_counter()
     if backend not in BACKENDS:  # before the arch, which is resolved for a backend
         raise InvalidOptionError(f"backend={backend!r} is not one of {', '.join(BACKENDS)}")
-    if backend == "cuda" and options is not None and options.extra and \
+    if backend == "cuda" and isinstance(options, CompileOptions) and options.extra and \
             leaks_state(options.extra) and not _ONE_COMPILE_WORKER[0]:
         return _compile_isolated(source, arch, target, options, name_expressions, name, cache,
                                  _request)
