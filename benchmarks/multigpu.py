@@ -235,6 +235,20 @@ def run() -> dict:
     results["two threads / one thread, per-round median [min-max]"] = _ratio_summary(scaling)
     results["throughput rounds"] = {"one": [round(x) for x in one], "two": [round(x) for x in two]}
     _raw_throughput.obj = obj
+    from kjit.runtime.libcuda import extension
+    ext = extension()
+    if ext is not None and hasattr(ext, "hold_gil"):   # what releasing the GIL costs kjit
+        held_one, held_two = [], []
+        ext.hold_gil(True)
+        try:
+            for _ in range(3):
+                held_one.append(_throughput(obj, (0,)))
+                held_two.append(_throughput(obj, (0, 1)))
+        finally:
+            ext.hold_gil(False)
+        results["kjit, GIL held across cuLaunchKernel: one thread launches/s"] = statistics.median(held_one)
+        results["kjit, GIL held across cuLaunchKernel: two threads / one"] = \
+            statistics.median([b / a for a, b in zip(held_one, held_two)])
     c_scaling = _c_threads(obj)
     if c_scaling:
         results["C, one thread per device: two threads / one"] = statistics.median(c_scaling)

@@ -1,13 +1,10 @@
-/* kjit's launch call: cuLaunchKernel with a prebuilt void** array, called from Python with
- * ten plain ints. cuda.bindings' own cuLaunchKernel wrapper converts each argument through
- * helper objects, which costs as much as the rest of a kjit launch together; this keeps the
- * hot path to one C call. Optional: kjit falls back to cuda.bindings when it is not built.
- * The result code is returned as an int and checked by the caller like any driver result.
- * Two queries ride along (kjit/runtime/libcuda.py): the current context, asked before every
- * launch (the current device decides where a kernel runs), and the device that owns a
- * foreign pointer, which cuda.bindings 13.3-13.5 answer wrongly for every device but 0.
- * The extension's other files sit below this one and call nothing in it: _foreign.c reads
- * framework arrays for the packer, _tables.c serves k[config] and f[config]. */
+/* kjit's launch call: cuLaunchKernel with a prebuilt void** array, in one C call (cuda.bindings'
+ * wrapper converts each argument through helper objects, as costly as the rest of a launch).
+ * Optional: kjit falls back to cuda.bindings when it is not built. Results return as ints,
+ * checked by the caller. Queries ride along (kjit/runtime/libcuda.py): the current context,
+ * asked before every launch, and the device owning a foreign pointer, which cuda.bindings
+ * 13.3-13.5 answer wrongly for every device but 0; and a kjit graph's replay. The other files
+ * sit below this one: _foreign.c reads framework arrays, _tables.c serves k[config]. */
 #include "_foreign.h"
 #include "_tables.h"
 #include <dlfcn.h>
@@ -22,6 +19,7 @@ typedef int (*pointer_attrs_fn)(unsigned, int*, void**, unsigned long long);
 typedef int (*ctx_push_fn)(void*);
 typedef int (*ctx_pop_fn)(void**);
 typedef int (*graph_launch_fn)(void*, void*);
+static int keep_gil = 0;   /* hold_gil(True): launches keep the GIL (a benchmark's comparison) */
 static launch_fn cu_launch = NULL;
 static graph_launch_fn cu_graph_launch = NULL;
 static ctx_push_fn cu_ctx_push = NULL;
@@ -56,6 +54,11 @@ static PyObject* bind(PyObject* self, PyObject* noargs) {
     cu_pointer_attrs = (pointer_attrs_fn)attrs_sym;
     kjit_foreign_bind((int (*)(int*))dlsym(h, "cuDeviceGetCount"));
     cu_launch = (launch_fn)launch_sym;   /* last: its being set means all three are */
+    Py_RETURN_NONE;
+}
+
+static PyObject* hold_gil(PyObject* self, PyObject* flag) {
+    keep_gil = PyObject_IsTrue(flag) > 0;
     Py_RETURN_NONE;
 }
 
@@ -162,11 +165,9 @@ static int put_int(char* dst, int kind, PyObject* v) {
     return 0;
 }
 
-/* Write args[0..n) into buf per spec, all but the K_PYTHON slots. Returns 0 when every
- * other argument was written, 1 + the
- * index of the first one the Python path must handle (anything unusual, and every error, is
- * left to it so that its message names the parameter), or -2 with an exception set. `seen`
- * collects the frameworks (1 << kind) of the foreign arrays written. */
+/* Write args[0..n) into buf per spec, but the K_PYTHON slots: 0 when all were written, 1 + the
+ * index of the first the Python path must handle (anything unusual, every error: its message
+ * names the parameter), -2 with an exception set. `seen`: the foreign arrays' frameworks. */
 static Py_ssize_t pack_args(const char* spec, Py_ssize_t n, PyObject* tokens,
                             PyObject* const* args, char* buf, PyTypeObject* array_type,
                             int* seen, int grad_ok) {
@@ -301,7 +302,7 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
     int err;
     void* ctx = (void*)(uintptr_t)*L->ctx;
-    Py_BEGIN_ALLOW_THREADS  /* the driver may block when its queue is full */
+    PyThreadState* ts = keep_gil ? NULL : PyEval_SaveThread();  /* the queue may be full */
     err = elsewhere ? cu_ctx_push(ctx) : 0;
     if (!err) {
         err = cu_launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
@@ -311,7 +312,7 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
             cu_ctx_pop(&popped);
         }
     }
-    Py_END_ALLOW_THREADS
+    if (ts) PyEval_RestoreThread(ts);
     if (err) return PyObject_CallFunction(L->on_error, "iK", err, (unsigned long long)(uintptr_t)stream);
     Py_RETURN_NONE;
 }
@@ -420,6 +421,7 @@ static PyMethodDef methods[] = {
      "register_stream(kind, getter): how to read a framework's current stream"},
     {"set_thread_stream", (PyCFunction)kjit_set_thread_stream, METH_O,
      "set_thread_stream(handle): this thread's stream for launches given none and no framework array"},
+    {"hold_gil", (PyCFunction)hold_gil, METH_O, "hold_gil(flag): launchers keep the GIL across cuLaunchKernel"},
     {"bind", (PyCFunction)bind, METH_NOARGS, "Resolve kjit's libcuda functions."},
     {"current_context", (PyCFunction)current_context, METH_NOARGS, "cuCtxGetCurrent() -> int (0: none)"},
     {"pointer_device", (PyCFunction)pointer_device, METH_O, "The device owning a pointer, -1 if none/unknown."},
