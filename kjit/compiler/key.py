@@ -118,14 +118,16 @@ class Described:
         from . import portable
         desc = dict(self.base, keyed_by="observation")
         known = PORTABLE_ENV.get(self.req.backend, ())
-        desc["env_read"] = [[n, v] for n, v in zip(known, map(os.environ.get, known))]
+        present = [[n, v] for n, v in zip(known, map(os.environ.get, known)) if v is not None]
+        if present:   # as in the compile key: the variables set
+            desc["env_read"] = present
         return portable.record_key(desc, self.path.dirs, self.memory, self.req.options)
 
     def observed(self, read: list, probed: list, env: dict | None = None) -> dict[str, Any]:
         """The compile key's description from what an observed compile read: each file by its
         name relative to the root it was found under (so the key does not depend on where the
         toolkit is installed) and its contents, the files it found but did not read, the
-        environment variables it read with their values (None: unset), and the in-memory
+        environment variables it read that are set, with their values, and the in-memory
         headers."""
         from . import roots
         name = roots.namer(self.req.options)
@@ -133,7 +135,11 @@ class Described:
         desc["memory"] = self.memory
         desc["read"] = sorted([name(p), sha] for p, sha in read)
         desc["probed"] = sorted(name(p) for p in probed)
-        desc["env_read"] = sorted([n, v] for n, v in (env or {}).items())
+        # the variables set: one read unset is checked (Snapshot.env), not keyed, so compiles
+        # that read different names (with a precompiled header, without) share a key
+        present = sorted([n, v] for n, v in (env or {}).items() if v is not None)
+        if present:
+            desc["env_read"] = present
         return desc
 
     def scanned(self, res: Any) -> dict[str, Any]:

@@ -55,9 +55,11 @@ _PSEUDO_ROOTS = ("/proc/", "/sys/", "/dev/")
 _KERNEL_STATE = ("/proc/", "/sys/")
 # Kernel state and devices compilers read for their own use (host CPU, memory, their own
 # executable, random bytes for temporary names), never as a header: not inputs.
-_SYSTEM_READS = ("/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/mounts",
-                 "/proc/self/", "/proc/thread-self/", "/proc/sys/", "/sys/devices/system/cpu/",
-                 "/sys/fs/cgroup/")
+# Named exactly: any other file there (/proc/sys/kernel/ns_last_pid, /proc/self/environ)
+# read by a compile is an input kjit cannot key.
+_SYSTEM_READS = ("/proc/cpuinfo", "/proc/meminfo", "/proc/mounts", "/proc/self/maps",
+                 "/proc/self/mountinfo", "/proc/self/status", "/proc/self/cgroup",
+                 "/sys/devices/system/cpu/", "/sys/fs/cgroup/")
 _SYSTEM_DEVICES = frozenset({"/dev/null", "/dev/urandom", "/dev/random"})
 
 # Environment variables the compiler reads that do not change its output, shown by tests
