@@ -23,13 +23,14 @@ from typing import Any, Callable, Iterable
 
 from .. import arch as arch_mod
 from ..cache.disk import CacheWarning
-from ..cache.key import KEY_ENV_VARS, key_hash
+from ..cache.key import key_hash
 from ..cache.lookup import Made, bypass, creation_lock, enabled_by_env, lookup_hashed, unstorable
 from ..errors import InvalidOptionError
 from ..settings import switch_on
 from ..objectcode import ObjectCode
 from . import includes, manifest, search
-from .key import NAMESPACE, Described, HeadersChanged, NotObserved, Observed, manifest_key
+from .key import ENV_WATCHED, NAMESPACE, Described, HeadersChanged, NotObserved, Observed, manifest_key
+from .key import env_get as _env_get, watch_env
 from .options import CompileOptions, leaks_state
 from .request import BACKENDS, CompileRequest, make_request
 
@@ -233,6 +234,7 @@ def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
                 record = job.portable_key()
                 found = portable.find(record, req.options)
                 if found is not None:
+                    found[1].env = job.portable_env()   # checked from now on, as observed ones are
                     manifest.store(prekey, *found)
             if found is None:
                 t0 = time.perf_counter()
@@ -322,8 +324,8 @@ class _Memo:
         snap = self.snapshot
         if snap.cwd is not None and os.getcwd() != snap.cwd:
             return False
-        if not snap.files and not snap.dirs:  # no header: the variables the compiler read
-            return snap.env_holds()
+        if not snap.files and not snap.dirs:  # (the variables it read are in the signature)
+            return True
         if self.token is None and self.checks < STAT_CHECKS_BEFORE_WATCHING:
             # The first repeat only stats (~1 ms for 500 headers); watching costs ~10x that
             # once, so it starts with the second repeat, when repeats look like a habit.
@@ -346,6 +348,9 @@ def _watch() -> Any:
 
 
 def _remember(sig: tuple, keyed: Keyed) -> None:
+    snap = keyed.snapshot
+    if snap is not None and snap.env:   # (read from a manifest another process filed)
+        watch_env(sig[3], snap.env)
     if len(_memo) >= _MEMO_MAX:
         _memo.clear()
     _memo[sig] = _Memo(keyed)
@@ -355,7 +360,10 @@ def _signature(source: Any, arch: Any, target: Any, backend: Any, name: Any, exp
                options: Any) -> tuple | None:
     """The call's arguments as a memo key, or None if one is unhashable (validation then says
     what is wrong). CompileOptions' dicts are mutable, so they are copied as tuples."""
-    env_sig = tuple(os.environ.get(v) for v in KEY_ENV_VARS.get(backend, ()))
+    # every variable the cache keys or a compile of this process read (key.watch_env): a
+    # call after one changed is another call (the list only grows: an older entry's
+    # signature is shorter, never matched again)
+    env_sig = tuple(map(_env_get, ENV_WATCHED.get(backend, ())))
     try:
         if options is not None:
             if not isinstance(options, CompileOptions):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..cache.key import env_fingerprint, key_hash, sha256
+from ..cache.key import KEY_ENV_VARS, env_fingerprint, key_hash, sha256
 from .identity import compiler_identity
 
 NAMESPACE = "compile"
@@ -26,6 +26,32 @@ PORTABLE_ENV = {
     "hip": (),
 }
 _warned: set[str] = set()
+
+# The variables an in-process repeat of a call compares (api._signature): those the cache
+# keys for every compile, those the compiler is known to read, and every other one a compile
+# of this process was seen to read. Names as os.environ's own dict holds them (bytes on
+# POSIX), so each costs one dict lookup.
+_ENVIRON = getattr(os.environ, "_data", None)
+_RAW = isinstance(_ENVIRON, dict) and os.name == "posix"
+env_get = _ENVIRON.get if _RAW else os.environ.get
+ENV_WATCHED: dict[str, tuple] = {}
+
+
+def _raw(name: str) -> Any:
+    return os.fsencode(name) if _RAW else name
+
+
+def watch_env(backend: str, names: Any) -> None:
+    """Compare `names` too on every in-process repeat of a `backend` call from now on."""
+    have = ENV_WATCHED.get(backend, ())
+    new = tuple(dict.fromkeys(r for r in map(_raw, names) if r not in have))
+    if new:
+        ENV_WATCHED[backend] = have + new
+
+
+def _start_watching() -> None:
+    for backend in set(KEY_ENV_VARS) | set(PORTABLE_ENV):
+        watch_env(backend, KEY_ENV_VARS.get(backend, ()) + PORTABLE_ENV.get(backend, ()))
 
 
 def _warn_unkeyable(name: str, why: str) -> None:
@@ -123,6 +149,12 @@ class Described:
             desc["env_read"] = present
         return portable.record_key(desc, self.path.dirs, self.memory, self.req.options)
 
+    def portable_env(self) -> dict[str, str | None]:
+        """The variables another install's record was found under, with their values here:
+        what a local manifest made from it checks (Snapshot.env)."""
+        known = PORTABLE_ENV.get(self.req.backend, ())
+        return dict(zip(known, map(os.environ.get, known)))
+
     def observed(self, read: list, probed: list, env: dict | None = None) -> dict[str, Any]:
         """The compile key's description from what an observed compile read: each file by its
         name relative to the root it was found under (so the key does not depend on where the
@@ -185,6 +217,7 @@ class Observed(Described):
         if got is None:
             return None, None
         snap, self.read, self.probed = got
+        watch_env(self.req.backend, snap.env)
         self.desc = self.observed(self.read, self.probed, snap.env)
         known = PORTABLE_ENV.get(self.req.backend, ())
         self.portable = all(n in known for n in snap.env)
@@ -207,3 +240,6 @@ class Observed(Described):
         files = snap.files
         return all(p in files and files[p][4] == sha for p, sha in self.read) and \
             all(p in files for p in self.probed)
+
+
+_start_watching()

@@ -218,7 +218,7 @@ class Snapshot:
                     files[prefix + base] = rec
             dirs = data["dirs"]
             cwd = data["cwd"]
-            env = data.get("env", {})
+            env = data["env"]   # one without (an older kjit's) never checked the variables
             if not isinstance(dirs, dict) or (cwd is not None and not isinstance(cwd, str)) \
                     or not isinstance(env, dict) or not all(
                         isinstance(n, str) and (v is None or isinstance(v, str))

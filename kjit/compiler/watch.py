@@ -17,8 +17,9 @@ starts again). Anything else, an overflowed event queue or a full watch table, m
 full stat check (Snapshot.check), which is always exact on its own. Not reported, so not
 seen until that stat check runs (in a new process, or after any other change): writes
 through a shared memory map, and a file system mounted over a directory while the process
-runs. Environment variables are not files: validate() compares those the compile read on
-each repeat (Snapshot.env_holds). KJIT_HEADER_WATCH=0 turns watching off.
+runs. Environment variables are not files: an in-process repeat compares those a compile
+read as part of the call's signature (compiler/api.py). KJIT_HEADER_WATCH=0 turns watching
+off.
 """
 from __future__ import annotations
 
@@ -249,7 +250,7 @@ def quiet(token: Token) -> bool:
 def validate(snapshot: Any, token: Token | None) -> tuple[bool, Token | None]:
     """(still valid, token to keep): the fast report when it is quiet, else arm and run the
     stat check (arming again if the check moved a watched directory)."""
-    if token is not None and quiet(token) and snapshot.env_holds():
+    if token is not None and quiet(token):
         return True, token
     token = arm(snapshot)
     before = set(snapshot.dirs)
