@@ -38,7 +38,11 @@ def nvrtc_calls(monkeypatch):
     return calls
 
 
-def _src(tmp_path: Path, val: str) -> tuple[str, dict]:
+def _src(tmp_path: Path, val: str, observe: str = "1") -> tuple[str, dict]:
+    """A kernel whose constant comes from a header; without the observer (KJIT_OBSERVE=0) one
+    that reads no header, as only those are cached there (docs/headers.md)."""
+    if observe == "0":
+        return KERNEL.replace("VAL", val) + f"// {tmp_path.name}\n", {}
     (tmp_path / "v.h").write_text(f"#define VAL {val}\n")
     return '#include "v.h"\n' + KERNEL, {"options": kjit.CompileOptions(include_dirs=[str(tmp_path)])}
 
@@ -50,10 +54,10 @@ def _one_compile(calls: list[list[str]]) -> list[str]:
     return frames
 
 
-@pytest.mark.parametrize("observe", ["1", "0"], ids=["observed", "scanned"])
+@pytest.mark.parametrize("observe", ["1", "0"], ids=["observed", "unobserved"])
 def test_a_miss_reaches_the_compiler_in_a_handful_of_frames(tmp_path, monkeypatch, nvrtc_calls, observe):
     monkeypatch.setenv("KJIT_OBSERVE", observe)
-    src, kw = _src(tmp_path, "1.0f")
+    src, kw = _src(tmp_path, "1.0f", observe)
     obj = kjit.compile(src, arch="sm_90", target="ptx", **kw)             # a new kernel
     assert obj.cache_hit is False
     assert len(_one_compile(nvrtc_calls)) <= MAX_FRAMES
@@ -70,7 +74,7 @@ def test_a_miss_reaches_the_compiler_in_a_handful_of_frames(tmp_path, monkeypatc
     assert len(_one_compile(nvrtc_calls)) <= MAX_FRAMES
 
 
-@pytest.mark.parametrize("observe", ["1", "0"], ids=["observed", "scanned"])
+@pytest.mark.parametrize("observe", ["1", "0"], ids=["observed", "unobserved"])
 def test_the_search_path_is_worked_out_once_per_miss(tmp_path, monkeypatch, observe):
     monkeypatch.setenv("KJIT_OBSERVE", observe)
     real = search.for_options
@@ -80,7 +84,7 @@ def test_the_search_path_is_worked_out_once_per_miss(tmp_path, monkeypatch, obse
         calls.append(args)
         return real(*args, **kwargs)
     monkeypatch.setattr(search, "for_options", counting)
-    src, kw = _src(tmp_path, "2.0f")
+    src, kw = _src(tmp_path, "2.0f", observe)
     assert kjit.compile(src, arch="sm_90", target="ptx", **kw).cache_hit is False
     assert len(calls) == 1
     kjit.cache.clear()
@@ -132,7 +136,7 @@ def work_counts(monkeypatch):
     return counts, texts
 
 
-@pytest.mark.parametrize("observe", ["1", "0"], ids=["observed", "scanned"])
+@pytest.mark.parametrize("observe", ["1", "0"], ids=["observed", "unobserved"])
 def test_a_miss_describes_the_request_once(tmp_path, monkeypatch, work_counts, observe):
     from kjit.compiler import observe as observer
     if observe == "1" and not observer.available("cuda"):
@@ -141,13 +145,15 @@ def test_a_miss_describes_the_request_once(tmp_path, monkeypatch, work_counts, o
     counts, texts = work_counts
     header = f"#define VAL 5.0f // {tmp_path.name}\n"
     src = '#include "mem.h"\n' + KERNEL
+    headers = {"mem.h": header}
+    once = {"describe": 1, "source": 1, "header": 1, "options": 1}
+    if observe == "0":   # only a compile without headers is cached there
+        src, headers = KERNEL.replace("VAL", f"5.0f + {len(tmp_path.name)}"), {}
+        once = {"describe": 1, "source": 1, "options": 1}
     texts.update(source=src, header=header)
-    kw = dict(arch="sm_90", target="ptx", options=kjit.CompileOptions(headers={"mem.h": header}))
+    kw = dict(arch="sm_90", target="ptx", options=kjit.CompileOptions(headers=headers))
     obj = kjit.compile(src, **kw)
     assert obj.cache_hit is False
-    once = {"describe": 1, "source": 1, "header": 1, "options": 1}
-    if observe == "0":   # the include scan digests the source and headers it reads itself
-        once = {"describe": 1, "options": 1}
     assert {k: counts[k] for k in once} == once
     import hashlib
     [entry] = kjit.cache.ls()             # the entry still names its source's digest

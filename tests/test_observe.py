@@ -165,28 +165,41 @@ def test_header_appearing_next_to_the_source_shadows(tmp_path, monkeypatch):
     assert val(ptx(src, include_dirs=[str(inc)])) == 2222222
 
 
-# --- without the observer: the scanner keys compiles, as before ----------------------------------
-def test_without_the_observer_compiles_are_keyed_by_scanning(tmp_path, monkeypatch):
+# --- without the observer: compiles that may read headers are not cached ------------------------
+def test_without_the_observer_header_compiles_are_not_cached(tmp_path, monkeypatch):
+    import warnings
     monkeypatch.setitem(observe._state, "module", None)
     monkeypatch.setitem(observe._state, "error", "the compile observer is not built: test")
+    monkeypatch.setattr(compiled, "_warned", set())
     assert not observe.available() and observe.describe()["mode"] == "scanned"
     inc = tmp_path / "inc"
-    edit_and_check('#include "a.h"\n' + KERNEL, inc / "a.h", include_dirs=[str(inc)])
+    src, opts = '#include "a.h"\n' + KERNEL, dict(include_dirs=[str(inc)])
+    write(inc / "a.h", "#define VAL 1111111\n")
+    with pytest.warns(kjit.cache.CacheWarning, match="not built: test.*C extension"):
+        first = ptx(src, **opts)
+    assert val(first) == 1111111 and first.cache_hit is None
+    write(inc / "a.h", "#define VAL 2222222\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                          # said once, not per compile
+        again = ptx(src, **opts)
+    assert val(again) == 2222222 and again.cache_hit is None
+    plain = KERNEL.replace("VAL", "3333333")                    # no header: still cached
+    assert ptx(plain).cache_hit is False and ptx(plain).cache_hit is True
     out = subprocess.run([sys.executable, "-m", "kjit", "info"], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), KJIT_OBSERVE="0"))
     assert "header keys     scanned" in out.stdout
 
 
-def test_when_the_library_cannot_be_hooked_the_scanner_keys_it(tmp_path, monkeypatch):
+def test_when_the_library_cannot_be_hooked_header_compiles_are_not_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(observe, "_state", dict(observe._state, installed={}, error=None))
     monkeypatch.setitem(observe.REQUIRED, "cuda", (("libnvrtc-that-is-not-loaded",),))
     inc = tmp_path / "inc"
     write(inc / "a.h", "#define VAL 1111111\n")
     src, opts = '#include "a.h"\n' + KERNEL, dict(include_dirs=[str(inc)])
-    first = ptx(src, **opts)                                    # compiled once, keyed by the scan
-    assert val(first) == 1111111 and first.cache_hit is False
+    with pytest.warns(kjit.cache.CacheWarning, match="not found to hook"):
+        first = ptx(src, **opts)                                # compiled once, not stored
+    assert val(first) == 1111111 and first.cache_hit is None
     assert not observe.available() and "not found to hook" in observe.describe()["reason"]
-    assert ptx(src, **opts).cache_hit is True
     write(inc / "a.h", "#define VAL 2222222\n")
     assert val(ptx(src, **opts)) == 2222222
 

@@ -24,7 +24,11 @@ itself is in _observe_got.c. */
 #include "_observe.h"
 
 
-enum { K_ABSENT = 0, K_FILE = 1, K_DIR = 2, K_OTHER = 3, K_ERROR = 4, K_WRITE = 5 };
+/* K_SPECIAL: a device, FIFO or socket (contents that no stat describes); K_ENV: an
+   environment variable read (path: "NAME=VALUE"; size: -1 when unset, else the value's
+   length) */
+enum { K_ABSENT = 0, K_FILE = 1, K_DIR = 2, K_OTHER = 3, K_ERROR = 4, K_WRITE = 5, K_SPECIAL = 6,
+       K_ENV = 7 };
 
 typedef struct {
     char op;
@@ -85,7 +89,8 @@ static void add(char op, const char *path, int dirfd, int kind, const struct sta
 static int kind_of_errno(int e) { return (e == ENOENT || e == ENOTDIR) ? K_ABSENT : K_ERROR; }
 
 static int kind_of_mode(mode_t m) {
-    return S_ISREG(m) ? K_FILE : S_ISDIR(m) ? K_DIR : K_OTHER;
+    return S_ISREG(m) ? K_FILE : S_ISDIR(m) ? K_DIR
+        : (S_ISCHR(m) || S_ISBLK(m) || S_ISFIFO(m) || S_ISSOCK(m)) ? K_SPECIAL : K_OTHER;
 }
 
 /* after a call that returned a stat (0) or failed (-1) */
@@ -136,6 +141,11 @@ REAL(faccessat, int, (int, const char *, int, int));
 REAL(realpath, char *, (const char *, char *));
 REAL(readlink, ssize_t, (const char *, char *, size_t));
 REAL(opendir, DIR *, (const char *));
+REAL(getenv, char *, (const char *));
+REAL(secure_getenv, char *, (const char *));
+REAL(mkdir, int, (const char *, mode_t));
+REAL(mkdirat, int, (int, const char *, mode_t));
+REAL(mkdtemp, char *, (char *));
 
 static int writes(int flags) { return (flags & (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC)) != 0; }
 
@@ -275,6 +285,63 @@ static DIR *w_opendir(const char *path) {
     return d;
 }
 
+/* A variable the compiler reads may change its output (FINALIZER_USE_LEGACY_ELF_BUILDER the
+   cubin's bytes): its name and value, or its absence, are part of what the compile read. */
+static void note_env(const char *name, const char *value) {
+    if (!tl_buf || tl_busy || !name) return;
+    int e = errno;
+    size_t n = strlen(name), v = value ? strlen(value) : 0;
+    char *both = malloc(n + 1 + v + 1);
+    if (!both) { tl_buf->overflow = 1; errno = e; return; }
+    memcpy(both, name, n);
+    both[n] = '=';
+    if (value) memcpy(both + n + 1, value, v);
+    both[n + 1 + v] = 0;
+    struct stat st;
+    memset(&st, 0, sizeof st);
+    st.st_size = value ? (off_t)v : -1;
+    add('e', both, AT_FDCWD, K_ENV, &st);
+    free(both);
+    errno = e;
+}
+
+static char *w_getenv(const char *name) {
+    char *r = real_getenv(name);
+    note_env(name, r);
+    return r;
+}
+
+static char *w_secure_getenv(const char *name) {
+    char *r = real_secure_getenv(name);
+    note_env(name, r);
+    return r;
+}
+
+/* Directories the compiler creates are its own scratch space (comgr's work directories):
+   what it reads back from them is its output, not an input. */
+static int w_mkdir(const char *path, mode_t mode) {
+    int r = real_mkdir(path, mode);
+    int e = errno;
+    if (r == 0) add('m', path, AT_FDCWD, K_WRITE, NULL);
+    errno = e;
+    return r;
+}
+
+static int w_mkdirat(int dirfd, const char *path, mode_t mode) {
+    int r = real_mkdirat(dirfd, path, mode);
+    int e = errno;
+    if (r == 0) add('m', path, dirfd, K_WRITE, NULL);
+    errno = e;
+    return r;
+}
+
+static char *w_mkdtemp(char *tmpl) {
+    char *r = real_mkdtemp(tmpl);
+    int e = errno;
+    if (r) add('m', r, AT_FDCWD, K_WRITE, NULL);
+    errno = e;
+    return r;
+}
 
 #define HOOK(n) {#n, (void *)w_##n, (void **)&real_##n}
 static Hook hooks[] = {
@@ -282,7 +349,8 @@ static Hook hooks[] = {
     HOOK(fopen), HOOK(fopen64), HOOK(__xstat), HOOK(__xstat64), HOOK(__lxstat),
     HOOK(__lxstat64), HOOK(__fxstatat), HOOK(__fxstatat64), HOOK(stat), HOOK(stat64),
     HOOK(lstat), HOOK(lstat64), HOOK(fstatat), HOOK(fstatat64), HOOK(access),
-    HOOK(faccessat), HOOK(realpath), HOOK(readlink), HOOK(opendir),
+    HOOK(faccessat), HOOK(realpath), HOOK(readlink), HOOK(opendir), HOOK(getenv),
+    HOOK(secure_getenv), HOOK(mkdir), HOOK(mkdirat), HOOK(mkdtemp),
 };
 #define NHOOKS (sizeof hooks / sizeof hooks[0])
 
@@ -363,7 +431,9 @@ static PyMethodDef methods[] = {
     {"start", start, METH_NOARGS, "Start recording this thread's file calls from hooked libraries."},
     {"stop", stop, METH_NOARGS,
      "Stop recording; [(op, kind, path, dev, ino, size, mtime_ns, ctime_ns)] or None if "
-     "memory ran out. kind: 0 absent, 1 file, 2 directory, 3 other, 4 error, 5 opened to write."},
+     "memory ran out. kind: 0 absent, 1 file, 2 directory, 3 other, 4 error, 5 written or created "
+     "(op m: a directory made), 6 a device, FIFO or socket, 7 an environment variable read (op e, "
+     "path NAME=VALUE, size -1 when unset)."},
     {"recording", recording, METH_NOARGS, "True while this thread records."},
     {NULL, NULL, 0, NULL},
 };

@@ -9,8 +9,8 @@ did not find. A later lookup checks that Snapshot (stats; a re-read only on chan
 the key without compiling; in process the key is memoised by the call's arguments and
 trusted while change notification (compiler/watch.py) reports nothing. A result whose inputs
 changed while it was compiled is returned, never stored. Where the compiler cannot be
-observed (the C extension is not built, KJIT_OBSERVE=0), the key comes from kjit's own
-include scan (compiler/includes.py).
+observed (the C extension is not built, KJIT_OBSERVE=0), a compile that could read a header
+is not cached (said once per process); one that cannot is keyed by the request alone.
 """
 from __future__ import annotations
 
@@ -23,13 +23,14 @@ from typing import Any, Callable, Iterable
 
 from .. import arch as arch_mod
 from ..cache.disk import CacheWarning
-from ..cache.key import KEY_ENV_VARS, key_hash
+from ..cache.key import key_hash
 from ..cache.lookup import Made, bypass, creation_lock, enabled_by_env, lookup_hashed, unstorable
 from ..errors import InvalidOptionError
 from ..settings import switch_on
 from ..objectcode import ObjectCode
 from . import includes, manifest, search
-from .key import NAMESPACE, Described, HeadersChanged, NotObserved, Observed, manifest_key
+from .key import ENV_WATCHED, NAMESPACE, Described, HeadersChanged, NotObserved, Observed, manifest_key
+from .key import env_get as _env_get, watch_env
 from .options import CompileOptions, leaks_state
 from .request import BACKENDS, CompileRequest, make_request
 
@@ -105,7 +106,9 @@ def compile(source: str, *, arch=None, target: str | None = None,
         try:
             keyed = _derive_key(req, path)
         except includes.UnresolvedInclude as exc:
-            _warn_once(f"{req.name}: {exc}; compiling without the cache")
+            # NotKeyed says once for the process what to do; a computed include, per kernel
+            _warn_once(str(exc) if isinstance(exc, includes.NotKeyed)
+                       else f"{req.name}: {exc}; compiling without the cache")
             if getattr(exc, "compiled", None) is not None:
                 return exc.compiled.with_(cache_hit=None)
             return bypass(NAMESPACE, partial(compile_uncached, req, path), req.name)
@@ -203,15 +206,16 @@ class Keyed:
 
 def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
     """The key from the manifest of what this request's compile read, else by compiling it
-    observed (once across processes: the others wait, then read its manifest); by scanning
-    where compiles cannot be observed."""
+    observed (once across processes: the others wait, then read its manifest). Where
+    compiles cannot be observed, only a compile that reads no header has a key
+    (_unobserved_key)."""
     job = Observed(req, path)   # the request described once, for every key made below
     if not switch_on("KJIT_OBSERVE"):  # whether the hooks work is asked only on a manifest miss
-        return _scanned_key(job)
+        return _unobserved_key(job)
     prekey = job.manifest_key(observed=True)
     found = manifest.lookup(prekey)
     if found is None and not _observer().available(req.backend):
-        return _scanned_key(job)
+        return _unobserved_key(job)
     if found is None:
         # the compile's modules load before the lock, whose holder opens the cache databases
         # on a helper thread: that thread's Python then runs beside NVRTC, not beside these
@@ -230,19 +234,21 @@ def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
                 record = job.portable_key()
                 found = portable.find(record, req.options)
                 if found is not None:
+                    found[1].env = job.portable_env()   # checked from now on, as observed ones are
                     manifest.store(prekey, *found)
             if found is None:
                 t0 = time.perf_counter()
                 obj = compile_uncached(req, path, job)
                 try:
                     k, snap = job.key()
-                except NotObserved:  # the hooks could not be installed after all: scan
-                    return _scanned_key(job, compiled=obj)
+                except NotObserved:  # the hooks could not be installed after all
+                    return _unobserved_key(job, compiled=obj)
                 made = Made(obj, time.perf_counter() - t0)
                 if k is None:
                     return Keyed(None, None, made, None, job.meta, req.name, made)
                 manifest.store(prekey, k, snap)
-                portable.publish(record, k, snap, job.read, job.probed, req.options)
+                if job.portable:   # it read no environment variable the record is not keyed by
+                    portable.publish(record, k, snap, job.read, job.probed, req.options)
                 return Keyed(k, snap, partial(compile_uncached, req, path, job),
                              partial(job.check, k, snap), job.meta, req.name, made)
     k, snap = found
@@ -250,44 +256,44 @@ def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
                  job.meta, req.name)
 
 
-def _scanned_key(d: Described, compiled: ObjectCode | None = None) -> Keyed:
-    """The key from kjit's include scan (remembered in a manifest) of the request `d`
-    describes; `compiled`: a binary made already. includes.UnresolvedInclude (carrying
-    `compiled`) when a header is missing."""
-    req, path = d.req, d.path
-    opts = req.options
-    if isinstance(d, Observed):   # its compiles would be observed: these are scanned
+def _unobserved_key(d: Described, compiled: ObjectCode | None = None) -> Keyed:
+    """The key of a request `d` describes where its compile cannot be observed: the request
+    alone, for a compile that reads no header. One that may (an #include, __has_include or
+    #import anywhere in its text, in-memory headers, include directories or include flags)
+    raises includes.NotKeyed (carrying `compiled`, a binary made already): kjit does not
+    guess which files a compile reads (docs/headers.md)."""
+    from .snapshot import Snapshot
+    req = d.req
+    if isinstance(d, Observed):   # its compiles would be observed: these are not
         d = d.unobserved()
-    prekey = found = None
-    if includes.may_read_headers(req.source, opts.extra):
-        prekey = d.manifest_key()
-        found = manifest.lookup(prekey)
+    why = includes.header_dependent(req.source, req.options)
+    if why is not None:
+        exc = includes.NotKeyed(_observer_off_reason(), why)
+        exc.compiled = compiled
+        raise exc
+    d.desc = d.scanned(None)
+    made = None if compiled is None else Made(compiled, 0.0)
+    return Keyed(key_hash(NAMESPACE, d.desc), Snapshot(), partial(compile_uncached, req, d.path, d),
+                 None, d.meta, req.name, made, None)
+
+
+def _observer_off_reason() -> str:
+    if not switch_on("KJIT_OBSERVE"):
+        return "KJIT_OBSERVE=0 turns the compile observer off"
+    return _observer().describe()["reason"] or "the compile observer is unavailable"
+
+
+def _scanned_key(d: Described) -> Keyed:
+    """compile_key's answer for a source that does not compile (so has no observed key):
+    the key from kjit's include scan. Never used to store or find a binary."""
+    req, opts = d.req, d.req.options
     res = None
-    if found is not None:
-        k, snap = found
-    else:
-        try:
-            res = includes.resolve(req.source, name=req.name, search=path, defines=opts.defines,
-                                   extra=opts.extra)
-        except includes.UnresolvedInclude as exc:
-            exc.compiled = compiled
-            raise
-        d.desc = d.scanned(res)
-        k, snap = key_hash(NAMESPACE, d.desc), res.snapshot
-        if prekey is not None and not snap.empty:
-            manifest.store(prekey, k, snap)
-
-    def check() -> None:
-        if d.desc is None:  # keyed from a manifest: the entry's metadata needs the scan
-            d.desc = d.scanned(includes.resolve(req.source, name=req.name, search=path,
-                                                defines=opts.defines, extra=opts.extra))
-            if key_hash(NAMESPACE, d.desc) != k:
-                raise HeadersChanged()
-        if not snap.check():
-            raise HeadersChanged()
-
-    return Keyed(k, snap, partial(compile_uncached, req, path, d), check, d.meta, req.name,
-                 None if compiled is None else Made(compiled, 0.0), check)
+    if includes.may_read_headers(req.source, opts.extra):
+        res = includes.resolve(req.source, name=req.name, search=d.path, defines=opts.defines,
+                               extra=opts.extra)
+    d.desc = d.scanned(res)
+    return Keyed(key_hash(NAMESPACE, d.desc), None, partial(compile_uncached, req, d.path, d),
+                 None, d.meta, req.name)
 
 
 def _observer() -> Any:
@@ -318,7 +324,7 @@ class _Memo:
         snap = self.snapshot
         if snap.cwd is not None and os.getcwd() != snap.cwd:
             return False
-        if snap.empty:
+        if not snap.files and not snap.dirs:  # (the variables it read are in the signature)
             return True
         if self.token is None and self.checks < STAT_CHECKS_BEFORE_WATCHING:
             # The first repeat only stats (~1 ms for 500 headers); watching costs ~10x that
@@ -342,6 +348,9 @@ def _watch() -> Any:
 
 
 def _remember(sig: tuple, keyed: Keyed) -> None:
+    snap = keyed.snapshot
+    if snap is not None and snap.env:   # (read from a manifest another process filed)
+        watch_env(sig[3], snap.env)
     if len(_memo) >= _MEMO_MAX:
         _memo.clear()
     _memo[sig] = _Memo(keyed)
@@ -351,7 +360,10 @@ def _signature(source: Any, arch: Any, target: Any, backend: Any, name: Any, exp
                options: Any) -> tuple | None:
     """The call's arguments as a memo key, or None if one is unhashable (validation then says
     what is wrong). CompileOptions' dicts are mutable, so they are copied as tuples."""
-    env_sig = tuple(os.environ.get(v) for v in KEY_ENV_VARS.get(backend, ()))
+    # every variable the cache keys or a compile of this process read (key.watch_env): a
+    # call after one changed is another call (the list only grows: an older entry's
+    # signature is shorter, never matched again)
+    env_sig = tuple(map(_env_get, ENV_WATCHED.get(backend, ())))
     try:
         if options is not None:
             if not isinstance(options, CompileOptions):

@@ -1,18 +1,15 @@
-"""Which headers a compile reads, with their contents' hashes, for the cache key.
+"""Which headers a compile may read, by scanning its text: for tools (compile_key of a source
+that does not compile) and tests. The cache keys compiles by observing the compiler
+(observe.py); where it cannot, a compile that may read headers (header_dependent) is not
+cached at all, because this scan is a guess: it misses macros defined under #if, digraphs,
+comments inside directives, split -X flags, symlinks followed by .., __has_include of a
+macro.
 
-Why resolve includes ourselves rather than read NVRTC's --fdevice-time-trace
-("Processing Header File" events): the trace is only known *after* a compile, so a key built
-from it alone cannot see a header that appears later in an earlier include directory and
-shadows the one recorded - a stale binary. Resolving here follows the search order of
-search.py (in-memory headers, then the including file's directory for "quoted" names, with
-the main source's name's directory for the main source, then the include directories in
-order, the toolkit's last) and so sees shadowing, new files and edits at any depth. It
-ignores #if, so it may hash a header the compile skips: the key covers a superset of what
-was read - an extra miss at worst, never a stale hit. Names found nowhere are NVRTC's
-built-in headers (covered by the compiler version in the key) or errors; their absence is
-watched too. `#include MACRO` is followed through simple `#define MACRO "file.h"` /
-`<file.h>` definitions; anything cleverer raises UnresolvedInclude and the compile runs
-uncached rather than risk a wrong key.
+The scan follows the search order of search.py (in-memory headers, then the including
+file's directory for "quoted" names, with the main source's name's directory for the main
+source, then the include directories in order, the toolkit's last), ignores #if (a superset
+of what was read), and follows `#include MACRO` only through simple `#define MACRO "file.h"`
+definitions; anything cleverer raises UnresolvedInclude.
 
 The resolution records a Snapshot (snapshot.py): every file read with its stat data and
 hash, every failed lookup with the directory that decided it. Checking the snapshot is how
@@ -51,6 +48,41 @@ _PRE_INCLUDE_FLAGS = ("--pre-include=", "-include=")
 
 class UnresolvedInclude(Exception):
     """An #include whose target kjit cannot work out (a computed include)."""
+
+
+class NotKeyed(UnresolvedInclude):
+    """A compile that may read headers, where the compiler cannot be observed: it runs
+    uncached (the scan above would be a guess: macros, digraphs, comments in directives,
+    split flags, symlinks with .., __has_include of a macro all defeat it)."""
+
+    def __init__(self, reason: str, why: str):
+        super().__init__(
+            f"kjit does not cache compiles that may read headers in this process ({why}, as "
+            f"this one does): {reason}, and without it kjit cannot tell which files a compile "
+            "reads. Build kjit's C extension (reinstall kjit where a C compiler is found) and "
+            "leave KJIT_OBSERVE on to cache them; compiles without headers are still cached")
+        self.reason, self.why = reason, why
+
+
+# Flags through which a compile reads a header or searches a directory: -I, --include-path,
+# -include, --pre-include, -isystem... in any spelling (joined, with =, or split).
+_HEADER_FLAG = re.compile(r"^-{1,2}(I|include|pre-include|include-path|isystem|system-include|idirafter|iquote)")
+
+
+def header_dependent(source: str, options: Any) -> "str | None":
+    """Why a compile with `options` could read a header file (None: it cannot): its text
+    holds "include" or "import" anywhere (every #include, #import, __has_include, %:include,
+    a macro named in one: all hold one of these words), or its options add headers or
+    include directories."""
+    if "include" in source or "import" in source:
+        return "the source holds #include, __has_include or #import"
+    if options.headers:
+        return "in-memory headers are given"
+    if options.include_dirs:
+        return "include directories are given"
+    if any(_HEADER_FLAG.match(f) for f in options.extra):
+        return "an include flag is given"
+    return None
 
 
 class Include(NamedTuple):

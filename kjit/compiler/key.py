@@ -1,19 +1,68 @@
 """The compile key: what describes a request (namespace "compile"), what its manifest is filed
 under, and the key of an observed compile, from what the compiler read.
 
-The key covers: the source, its name, every file the compiler read with its contents, the
-in-memory headers, all options after normalisation, name expressions, target, arch, backend,
+The key covers: the source, its name, every file the compiler read with its contents, every
+environment variable it read with its value (or its absence), the in-memory headers, all options after normalisation, name expressions, target, arch, backend,
 the compiler's identity and version, the environment variables that change compilation
 (kjit.cache.key.KEY_ENV_VARS) and the cache schema version.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from ..cache.key import env_fingerprint, key_hash, sha256
+from ..cache.key import KEY_ENV_VARS, env_fingerprint, key_hash, sha256
 from .identity import compiler_identity
 
 NAMESPACE = "compile"
+
+# The environment variables each backend's compiler is known to read (observed; NVRTC 13:
+# the finalizer's on a cubin for sm_90 and later, EDG's and NVVM's on every compile, and
+# LLVM_OVERRIDE_PRODUCER as it loads): another install's record of a compile is keyed by
+# their values, and a compile that read any other is not filed for other installs.
+PORTABLE_ENV = {
+    "cuda": ("CAN_FINALIZE_DEBUG", "CUDA_CACHE_DISABLE", "EDG_BASE", "FINALIZER_CUBIE",
+             "FINALIZER_USE_LEGACY_ELF_BUILDER", "LLVM_OVERRIDE_PRODUCER", "NVVM_IR_VER_CHK"),
+    "hip": (),
+}
+_warned: set[str] = set()
+
+# The variables an in-process repeat of a call compares (api._signature): those the cache
+# keys for every compile, those the compiler is known to read, and every other one a compile
+# of this process was seen to read. Names as os.environ's own dict holds them (bytes on
+# POSIX), so each costs one dict lookup.
+_ENVIRON = getattr(os.environ, "_data", None)
+_RAW = isinstance(_ENVIRON, dict) and os.name == "posix"
+env_get = _ENVIRON.get if _RAW else os.environ.get
+ENV_WATCHED: dict[str, tuple] = {}
+
+
+def _raw(name: str) -> Any:
+    return os.fsencode(name) if _RAW else name
+
+
+def watch_env(backend: str, names: Any) -> None:
+    """Compare `names` too on every in-process repeat of a `backend` call from now on."""
+    have = ENV_WATCHED.get(backend, ())
+    new = tuple(dict.fromkeys(r for r in map(_raw, names) if r not in have))
+    if new:
+        ENV_WATCHED[backend] = have + new
+
+
+def _start_watching() -> None:
+    for backend in set(KEY_ENV_VARS) | set(PORTABLE_ENV):
+        watch_env(backend, KEY_ENV_VARS.get(backend, ()) + PORTABLE_ENV.get(backend, ()))
+
+
+def _warn_unkeyable(name: str, why: str) -> None:
+    """Say once per reason why a compile was returned and not stored."""
+    if why in _warned:
+        return
+    _warned.add(why)
+    import warnings
+    from ..cache.disk import CacheWarning
+    warnings.warn(f"{name}: not cached: {why}; the binary is returned, not stored (remove "
+                  "that path from the compile's includes to cache it)", CacheWarning, stacklevel=5)
 
 
 class HeadersChanged(Exception):
@@ -88,22 +137,41 @@ class Described:
         return key_hash("compile-manifest", desc)
 
     def portable_key(self) -> dict[str, Any]:
-        """What another install's or node's record of this compile is filed under (portable.py)."""
+        """What another install's or node's record of this compile is filed under (portable.py):
+        with the values here of the environment variables the compiler is known to read, so a
+        record is found only where they are the same (Observed.portable says whether a
+        compile read only those)."""
         from . import portable
         desc = dict(self.base, keyed_by="observation")
+        known = PORTABLE_ENV.get(self.req.backend, ())
+        present = [[n, v] for n, v in zip(known, map(os.environ.get, known)) if v is not None]
+        if present:   # as in the compile key: the variables set
+            desc["env_read"] = present
         return portable.record_key(desc, self.path.dirs, self.memory, self.req.options)
 
-    def observed(self, read: list, probed: list) -> dict[str, Any]:
+    def portable_env(self) -> dict[str, str | None]:
+        """The variables another install's record was found under, with their values here:
+        what a local manifest made from it checks (Snapshot.env)."""
+        known = PORTABLE_ENV.get(self.req.backend, ())
+        return dict(zip(known, map(os.environ.get, known)))
+
+    def observed(self, read: list, probed: list, env: dict | None = None) -> dict[str, Any]:
         """The compile key's description from what an observed compile read: each file by its
         name relative to the root it was found under (so the key does not depend on where the
-        toolkit is installed) and its contents, the files it found but did not read, and the
-        in-memory headers."""
+        toolkit is installed) and its contents, the files it found but did not read, the
+        environment variables it read that are set, with their values, and the in-memory
+        headers."""
         from . import roots
         name = roots.namer(self.req.options)
         desc = dict(self.base)
         desc["memory"] = self.memory
         desc["read"] = sorted([name(p), sha] for p, sha in read)
         desc["probed"] = sorted(name(p) for p in probed)
+        # the variables set: one read unset is checked (Snapshot.env), not keyed, so compiles
+        # that read different names (with a precompiled header, without) share a key
+        present = sorted([n, v] for n, v in (env or {}).items() if v is not None)
+        if present:
+            desc["env_read"] = present
         return desc
 
     def scanned(self, res: Any) -> dict[str, Any]:
@@ -132,6 +200,7 @@ class Observed(Described):
         self.started = 0.0
         self.read: list = []
         self.probed: list = []
+        self.portable = False   # the last compile's record may be filed for other installs
 
     def key(self) -> tuple[str | None, Any]:
         """(key, Snapshot) of the last compile, or (None, None) when what it read changed
@@ -141,11 +210,17 @@ class Observed(Described):
         from .snapshot import from_observation
         if not self.seen:
             raise NotObserved()
-        got = from_observation(observe.merge(self.seen), self.started)
+        obs = observe.merge(self.seen)
+        if obs.unkeyable:
+            _warn_unkeyable(self.req.name, obs.unkeyable)
+        got = from_observation(obs, self.started)
         if got is None:
             return None, None
         snap, self.read, self.probed = got
-        self.desc = self.observed(self.read, self.probed)
+        watch_env(self.req.backend, snap.env)
+        self.desc = self.observed(self.read, self.probed, snap.env)
+        known = PORTABLE_ENV.get(self.req.backend, ())
+        self.portable = all(n in known for n in snap.env)
         return key_hash(NAMESPACE, self.desc), snap
 
     def check(self, k: str, snap: Any) -> None:
@@ -165,3 +240,6 @@ class Observed(Described):
         files = snap.files
         return all(p in files and files[p][4] == sha for p, sha in self.read) and \
             all(p in files for p in self.probed)
+
+
+_start_watching()

@@ -9,9 +9,17 @@ the files it only probed, and the paths it found absent (where a header appearin
 would be read instead). Macros naming headers, `-X` flags, digraphs, comments, symlinks and
 `..` need no rules here: the paths are the compiler's own.
 
+The environment variables the compiler reads are recorded the same way (its `getenv`
+imports): NVRTC's finalizer reads FINALIZER_USE_LEGACY_ELF_BUILDER on each compile, and the
+value changes the cubin. Each one read, with its value or its absence, is part of what the
+compile read. Paths are the compiler's own, wherever they lie: a header under /dev/shm is a
+file like any other, a path through /proc/self/cwd or /dev/fd is keyed as the file it names.
+What cannot be keyed (a device, FIFO or socket; a /proc or /sys file the compiler read as
+input) leaves the compile unkeyed: it is returned, never stored.
+
 Without the extension (no C compiler at install time, another platform) or where patching
-failed, `available()` is False and the cache keys compiles by scanning (includes.py).
-`KJIT_OBSERVE=0` turns observation off.
+failed, `available()` is False, and compiles that could read a header are not cached
+(compiler/api.py says so once). `KJIT_OBSERVE=0` turns observation off.
 """
 from __future__ import annotations
 
@@ -37,11 +45,34 @@ NVRTC_INTERNAL = ("__nv_nvrtc_builtin_header.h", "__nv_name_map",
                   # the in-memory header always wins (test_nvcc_prelude.py)
                   PRELUDE)
 
-K_ABSENT, K_FILE, K_DIR, K_OTHER, K_ERROR, K_WRITE = range(6)
-_IGNORED_ROOTS = ("/proc/", "/sys/", "/dev/")
+K_ABSENT, K_FILE, K_DIR, K_OTHER, K_ERROR, K_WRITE, K_SPECIAL, K_ENV = range(8)
+
+# Where paths may name something other than a file on disk: resolved (os.path.realpath)
+# before keying. /proc/self/cwd/a.h is the working directory's a.h, /dev/fd/3 the file open
+# there, /dev/shm/a.h a tmpfs file; what still lies under /proc or /sys after that is kernel
+# state, whose contents no stat describes.
+_PSEUDO_ROOTS = ("/proc/", "/sys/", "/dev/")
+_KERNEL_STATE = ("/proc/", "/sys/")
+# Kernel state and devices compilers read for their own use (host CPU, memory, their own
+# executable, random bytes for temporary names), never as a header: not inputs.
+# Named exactly: any other file there (/proc/sys/kernel/ns_last_pid, /proc/self/environ)
+# read by a compile is an input kjit cannot key.
+_SYSTEM_READS = ("/proc/cpuinfo", "/proc/meminfo", "/proc/mounts", "/proc/self/maps",
+                 "/proc/self/mountinfo", "/proc/self/status", "/proc/self/cgroup",
+                 "/sys/devices/system/cpu/", "/sys/fs/cgroup/")
+_SYSTEM_DEVICES = frozenset({"/dev/null", "/dev/urandom", "/dev/random"})
+
+# Environment variables the compiler reads that do not change its output, shown by tests
+# (test_observe_round4.py): keying them would make every working directory (PWD) or make
+# invocation (MAKEFLAGS' jobserver descriptors) a separate cache entry.
+ENV_NOT_INPUTS = {"cuda": frozenset({"PWD", "MAKEFLAGS"}), "hip": frozenset()}
+# Variables the compiler reads as its library loads, before any hook is in place: their
+# values when the hooks were installed (right after the load) are keyed with each compile.
+# LLVM_OVERRIDE_PRODUCER changes NVRTC's LTO-IR bytes.
+LOAD_ENV = {"cuda": ("LLVM_OVERRIDE_PRODUCER",), "hip": ()}
 
 _lock = threading.Lock()
-_state: dict[str, Any] = {"module": None, "error": None, "installed": {}}
+_state: dict[str, Any] = {"module": None, "error": None, "installed": {}, "load_env": {}}
 
 
 def _module() -> Any:
@@ -76,6 +107,8 @@ def install(backend: str) -> bool:
             _state["error"] = f"could not hook the {backend} compiler library: {exc}"
             _state["installed"][backend] = False
             return False
+    # the values the library read as it loaded (it is loaded by now, and read them then)
+    _state["load_env"][backend] = {n: os.environ.get(n) for n in LOAD_ENV.get(backend, ())}
     hooked = {os.path.basename(p) for p, n in patched if n > 0}
     need = REQUIRED[backend]
     ok = all(any(h.startswith(alt) for h in hooked for alt in group) for group in need)
@@ -105,33 +138,41 @@ def describe() -> dict[str, Any]:
 class Observation:
     """read: path -> (dev, ino, size, mtime_ns, ctime_ns) as the compiler opened it;
     probed: paths of regular files found but never opened; absent: paths looked for and not
-    found; cwd_dependent: a relative path or the working directory decided a lookup."""
+    found; env: environment variable -> its value (None: unset) for each one the compiler read;
+    cwd_dependent: a relative path or the working directory decided a lookup; unkeyable: why
+    the compile cannot be keyed (it read a device, a FIFO, kernel state), else None."""
 
-    __slots__ = ("read", "probed", "absent", "cwd", "cwd_dependent", "complete")
+    __slots__ = ("read", "probed", "absent", "env", "cwd", "cwd_dependent", "complete",
+                 "unkeyable")
 
     def __init__(self) -> None:
         self.read: dict[str, tuple[int, int, int, int, int]] = {}
         self.probed: dict[str, tuple[int, int, int, int, int]] = {}
         self.absent: list[str] = []
+        self.env: dict[str, str | None] = {}
         self.cwd = os.getcwd()
         self.cwd_dependent = False
         self.complete = True
+        self.unkeyable: str | None = None
 
 
-def _scratch_dirs(records: list, tmp: str) -> list[str]:
-    """Directories the compiler wrote into under the temporary directory (comgr's work
-    directories): what it reads back from there is its own output, not an input."""
-    out = set()
-    for _op, kind, path, *_ in records:
-        if kind == K_WRITE and path.startswith(tmp):
-            first = path[len(tmp):].split("/", 1)[0]
-            if first:
-                out.add(tmp + first + "/")
-    return sorted(out)
+def _real(path: str) -> str:
+    """What a path under /proc, /sys or /dev names (the working directory's file for
+    /proc/self/cwd/..., the open file for /dev/fd/N); other paths as they are."""
+    if not path.startswith(_PSEUDO_ROOTS):
+        return path
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return path
+
+
+def _system_read(path: str) -> bool:
+    return path in _SYSTEM_DEVICES or path.startswith(_SYSTEM_READS)
 
 
 def classify(records: list | None, *, source_name: str = "", ignore: tuple[str, ...] = (),
-             anchored: tuple[str, ...] = ()) -> Observation:
+             anchored: tuple[str, ...] = (), backend: str = "cuda") -> Observation:
     """Sort one compile's records. `ignore`: directories whose files are the compiler's own
     state, not inputs (a precompiled-header directory). `anchored`: absolute include
     directories: a file found below one of them does not depend on the working directory,
@@ -140,24 +181,53 @@ def classify(records: list | None, *, source_name: str = "", ignore: tuple[str, 
     if not records:  # out of memory, or not one call seen (NVRTC always stats the source's
         obs.complete = False  # name): this compile was not observed, nothing can be trusted
         return obs
-    import tempfile  # a miss only: a disk hit never loads it
     cwd = obs.cwd.rstrip("/") + "/"
-    tmp = tempfile.gettempdir().rstrip("/") + "/"
-    scratch = tuple(_scratch_dirs(records, tmp)) + tuple(os.path.join(d, "") for d in ignore)
-    src_dir = os.path.dirname(os.path.join(obs.cwd, source_name)) + "/"
-    anchors = tuple(os.path.join(d, "") for d in anchored if os.path.isabs(d))
-    internal = {src_dir + n for n in NVRTC_INTERNAL + (os.path.basename(source_name),)}
-    opened: dict[str, tuple] = {}
-    probed: dict[str, tuple] = {}
-    absent: dict[str, None] = {}
-    for op, kind, path, dev, ino, size, mtime, ctime in records:
-        if op == "R" or kind in (K_OTHER, K_WRITE) or (kind == K_DIR and op != "o"):
-            continue  # a directory opened as a header candidate is a candidate: a file may replace it
+
+    def absolute(path: str) -> str:
         if not path.startswith("/"):
             obs.cwd_dependent = True
             path = os.path.join(obs.cwd, path)
-        if path.startswith(_IGNORED_ROOTS) or (scratch and path.startswith(scratch)):
+        return path
+
+    # The compiler's own output: files it wrote (a --fdevice-time-trace file, wherever it
+    # lies) and everything below directories it created (comgr's work directories). What it
+    # reads back from there is what it wrote, not an input.
+    written = {absolute(p) for op, kind, p, *_ in records if kind == K_WRITE and op != "m"}
+    created = tuple(os.path.join(absolute(p), "") for op, kind, p, *_ in records
+                    if op == "m" and kind == K_WRITE)
+    scratch = created + tuple(os.path.join(d, "") for d in ignore)
+    src_dir = os.path.dirname(os.path.join(obs.cwd, source_name)) + "/"
+    anchors = tuple(os.path.join(d, "") for d in anchored if os.path.isabs(d))
+    internal = {src_dir + n for n in NVRTC_INTERNAL + (os.path.basename(source_name),)}
+    not_inputs = ENV_NOT_INPUTS.get(backend, frozenset())
+    opened: dict[str, tuple] = {}
+    probed: dict[str, tuple] = {}
+    absent: dict[str, None] = {}
+    env = obs.env
+    for op, kind, path, dev, ino, size, mtime, ctime in records:
+        if kind == K_ENV:
+            name, _, value = path.partition("=")
+            if name not in not_inputs:
+                got = None if size < 0 else value
+                if env.setdefault(name, got) != got:  # read twice, changed between
+                    obs.complete = False
             continue
+        if op == "R" or kind in (K_OTHER, K_WRITE) or (kind == K_DIR and op != "o"):
+            continue  # a directory opened as a header candidate is a candidate: a file may replace it
+        path = absolute(path)
+        if path in written or (scratch and path.startswith(scratch)):
+            continue
+        if kind == K_SPECIAL or path.startswith(_PSEUDO_ROOTS):
+            real = _real(path)
+            if kind == K_SPECIAL or (kind == K_FILE and real.startswith(_KERNEL_STATE)):
+                if obs.unkeyable is None and not (_system_read(path) or _system_read(real)):
+                    what = "a device, FIFO or socket" if kind == K_SPECIAL else "kernel state"
+                    named = f"{path} ({real})" if real != path else path
+                    obs.unkeyable = f"it read {named}, {what}, whose contents kjit cannot key"
+                continue
+            if real.startswith(_KERNEL_STATE):
+                continue  # looked for under /proc or /sys and not there: nothing appears there
+            path = real
         if op in "sl" and path in internal and path not in opened:
             continue
         if kind == K_FILE:
@@ -211,7 +281,11 @@ def recording(backend: str, source_name: str = "", ignore: tuple[str, ...] = (),
         yield
     finally:
         records = mod.stop()
-        sink.append(classify(records, source_name=source_name, ignore=ignore, anchored=anchored))
+        obs = classify(records, source_name=source_name, ignore=ignore, anchored=anchored,
+                       backend=backend)
+        for name, value in _state["load_env"].get(backend, {}).items():
+            obs.env.setdefault(name, value)
+        sink.append(obs)
 
 
 def add(obs: Observation) -> None:
@@ -249,8 +323,12 @@ def merge(observations: list) -> Observation:
         for p, sig in o.probed.items():
             out.probed.setdefault(p, sig)
         absent.update(dict.fromkeys(o.absent))
+        for name, value in o.env.items():
+            if out.env.setdefault(name, value) != value:
+                out.complete = False
         out.cwd_dependent |= o.cwd_dependent
         out.complete &= o.complete
+        out.unkeyable = out.unkeyable or o.unkeyable
     out.absent = list(absent)
     out.probed = {p: s for p, s in out.probed.items() if p not in out.read}
     if any(p in out.read or p in out.probed for p in out.absent):

@@ -17,6 +17,12 @@ _MACRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # the result disagree with what kjit records about it.
 _RESERVED_FLAGS = ("-arch", "--gpu-architecture", "--offload-arch", "-dlto", "--dlto",
                    "-rdc", "--relocatable-device-code", "-std", "--std", "-lto")
+# NVRTC's own precompiled headers keep state between compiles (a PCH file it writes and
+# reads back, in the working directory or --pch-dir), which the cache cannot key: a header
+# edited after the PCH was made gave stale results. kjit makes and keys precompiled headers
+# itself (KJIT_PCH, docs/headers.md).
+_PCH_FLAGS = tuple(f"{dash}{name}" for dash in ("-", "--") for name in (
+    "pch", "create-pch", "create_pch", "use-pch", "use_pch", "pch-dir", "pch_dir"))
 
 
 _FIELDS = ("std", "defines", "include_dirs", "headers", "fast_math", "line_info", "debug",
@@ -105,6 +111,11 @@ class CompileOptions:
             raise InvalidOptionError("extra must be a list of flags, e.g. ['--use_fast_math']")
         extra = tuple(str(x) for x in extra)
         for flag in extra:
+            if _flag_name(flag) in _PCH_FLAGS:
+                raise InvalidOptionError(
+                    f"extra flag {flag!r}: kjit manages precompiled headers itself (KJIT_PCH, "
+                    "docs/headers.md); NVRTC's own would keep state between compiles that the "
+                    "cache cannot key. Remove the flag")
             if _flag_name(flag) in _RESERVED_FLAGS:
                 raise InvalidOptionError(
                     f"extra flag {flag!r} is set by kjit itself: use the arch/target arguments "

@@ -11,6 +11,10 @@ is racy) has its recorded candidates probed again: a new file that would now be 
 header that shadows a later one, a deleted header brought back) fails the check; an
 unrelated new file does not.
 
+It also holds the environment variables the compile read, each with its value or its
+absence: check() fails when one differs (env_holds(), cheap enough for every in-process
+repeat).
+
 ctime is the field that cannot be set back: `os.utime` restores mtime after an in-place
 rewrite, but the kernel sets ctime to now, so a same-size rewrite with its mtime put back
 is still seen.
@@ -61,20 +65,46 @@ def nearest_dir(path: str) -> tuple[str, os.stat_result | None]:
         return d, st
 
 
+# os.environ's own dict (bytes -> bytes on POSIX): a lookup in it costs a dict probe, where
+# os.environ.get runs three Python frames; updated by every os.environ assignment.
+_ENVIRON = getattr(os.environ, "_data", None)
+_ENV_BYTES = isinstance(_ENVIRON, dict) and all(isinstance(k, bytes) for k in list(_ENVIRON)[:1])
+
+
 class Snapshot:
     """files: path -> [size, mtime_ns, ctime_ns, ino, sha256, racy]; dirs: directory ->
     [mtime_ns, ctime_ns, ino, racy, [absent candidate paths]]; cwd: the working directory
-    when relative names decided a lookup (else None)."""
+    when relative names decided a lookup (else None); env: variable -> value (None: unset)
+    for each environment variable the compiler read."""
 
-    __slots__ = ("files", "dirs", "cwd", "recorded_at", "updated")
+    __slots__ = ("files", "dirs", "cwd", "recorded_at", "updated", "env", "_env_probe")
 
     def __init__(self, files: dict | None = None, dirs: dict | None = None,
-                 cwd: str | None = None, recorded_at: float | None = None):
+                 cwd: str | None = None, recorded_at: float | None = None,
+                 env: dict | None = None):
         self.files: dict[str, list] = files if files is not None else {}
         self.dirs: dict[str, list] = dirs if dirs is not None else {}
         self.cwd = cwd
         self.recorded_at = time.time() if recorded_at is None else recorded_at
         self.updated = False  # check() refreshed stat data: worth saving again
+        self.env: dict[str, str | None] = env if env is not None else {}
+        self._env_probe: tuple | None = None
+
+    def env_holds(self) -> bool:
+        """True if every environment variable the compile read has the value it had."""
+        probe = self._env_probe
+        if probe is None:
+            if not self.env:
+                probe = self._env_probe = ((), ())
+            elif _ENV_BYTES:
+                enc = os.fsencode
+                names = tuple(enc(n) for n in self.env)
+                values = tuple(None if v is None else enc(v) for v in self.env.values())
+                probe = self._env_probe = (names, values)
+            else:
+                return all(os.environ.get(n) == v for n, v in self.env.items())
+        names, values = probe
+        return not names or tuple(map(_ENVIRON.get, names)) == values
 
     # --- recording (by the include resolver) ------------------------------------------------
     def add_file(self, path: str, st: os.stat_result, sha: str) -> None:
@@ -97,7 +127,8 @@ class Snapshot:
 
     @property
     def empty(self) -> bool:
-        return not self.files and not self.dirs
+        """Nothing to check: no file, no lookup, no environment variable."""
+        return not self.files and not self.dirs and not self.env
 
     def paths(self) -> tuple[list[str], list[str]]:
         """(files, directories) whose changes the check looks at."""
@@ -109,6 +140,8 @@ class Snapshot:
         find the same thing. Updates stat data of files and directories found unchanged in
         content, so the next check is a stat again."""
         if self.cwd is not None and os.getcwd() != self.cwd:
+            return False
+        if self.env and not self.env_holds():
             return False
         now = time.time()
         stat = os.stat
@@ -171,7 +204,7 @@ class Snapshot:
             d, base = os.path.split(path)
             grouped.setdefault(d, {})[base] = rec
         return {"files": grouped, "dirs": self.dirs, "cwd": self.cwd,
-                "recorded_at": self.recorded_at}
+                "recorded_at": self.recorded_at, "env": self.env}
 
     @classmethod
     def from_json(cls, data: Any) -> "Snapshot | None":
@@ -185,9 +218,13 @@ class Snapshot:
                     files[prefix + base] = rec
             dirs = data["dirs"]
             cwd = data["cwd"]
-            if not isinstance(dirs, dict) or (cwd is not None and not isinstance(cwd, str)):
+            env = data["env"]   # one without (an older kjit's) never checked the variables
+            if not isinstance(dirs, dict) or (cwd is not None and not isinstance(cwd, str)) \
+                    or not isinstance(env, dict) or not all(
+                        isinstance(n, str) and (v is None or isinstance(v, str))
+                        for n, v in env.items()):
                 return None
-            return cls(files, dirs, cwd, float(data["recorded_at"]))
+            return cls(files, dirs, cwd, float(data["recorded_at"]), env)
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
@@ -213,9 +250,9 @@ def from_observation(obs: Any, started: float) -> "tuple[Snapshot, list[tuple[st
     compile's start that the file system's timestamps could not show a second change (ccache's
     rule, on ctime: every write sets it, nothing sets it back, and a future mtime is no
     change), or a path looked for was found afterwards."""
-    if not obs.complete:
+    if not obs.complete or obs.unkeyable:
         return None
-    snap = Snapshot()
+    snap = Snapshot(env=dict(obs.env))
     limit = int((started - timestamp_granularity()) * 1e9)
     read = []
     for path in sorted(obs.read):

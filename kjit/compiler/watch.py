@@ -17,7 +17,9 @@ starts again). Anything else, an overflowed event queue or a full watch table, m
 full stat check (Snapshot.check), which is always exact on its own. Not reported, so not
 seen until that stat check runs (in a new process, or after any other change): writes
 through a shared memory map, and a file system mounted over a directory while the process
-runs. KJIT_HEADER_WATCH=0 turns watching off.
+runs. Environment variables are not files: an in-process repeat compares those a compile
+read as part of the call's signature (compiler/api.py). KJIT_HEADER_WATCH=0 turns watching
+off.
 """
 from __future__ import annotations
 
