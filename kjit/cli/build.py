@@ -30,6 +30,16 @@ def _text(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _check_inputs(sources, link_files) -> None:
+    """Every source and link input is a regular file of a size kjit reads, before any is
+    opened (a FIFO would block the open, /dev/zero fill memory)."""
+    from ..fileio import MAX_BINARY_BYTES, MAX_SOURCE_BYTES, check_input
+    for s in sources:
+        check_input(s, MAX_SOURCE_BYTES, "source")
+    for f in link_files:
+        check_input(f, MAX_BINARY_BYTES, "link input")
+
+
 @click.command("build")
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
@@ -78,6 +88,7 @@ def build_cmd(sources, output, archs, ptx_archs, no_ptx, link_files, lto, name_e
                                     no_nvcc_prelude)
     check_build_archs(archs, ptx_archs, no_ptx, backend)
     try:
+        _check_inputs(sources, link_files)
         result = run_build(sources, output=output, archs=archs, ptx=ptx_archs, no_ptx=no_ptx,
                            options=opts, link=link_files, lto=lto,
                            name_expressions=name_expressions, backend=backend, jobs=jobs,

@@ -34,6 +34,7 @@ def compile_cmd(source, arch, target, backend, output, name_expressions, no_cach
     from ..compiler import source_text
     from ..compiler.api import compile as kjit_compile
     from ..compiler.search import source_name
+    from ..fileio import MAX_SOURCE_BYTES, read_input
     from . import output as output_mod
     src_path = Path(source)
     output_mod.check(output, [source], as_json)
@@ -42,7 +43,8 @@ def compile_cmd(source, arch, target, backend, output, name_expressions, no_cach
                                     no_nvcc_prelude)
     check_compile_request(arch, target, backend, opts, name_expressions)
     try:
-        obj = kjit_compile(source_text.read(src_path), arch=arch, target=target, options=opts,
+        text = source_text.decode(read_input(src_path, MAX_SOURCE_BYTES, "source"), source)
+        obj = kjit_compile(text, arch=arch, target=target, options=opts,
                            name_expressions=name_expressions, backend=backend,
                            name=source_name(source), cache=not no_cache)
         out = output or str(src_path.with_suffix(_SUFFIX.get(obj.kind, "." + obj.kind)))
