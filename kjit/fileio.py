@@ -84,21 +84,27 @@ def read_input(path: str | os.PathLike[str], limit: int, what: str = "input") ->
     except OSError as exc:
         raise InvalidOptionError(f"cannot read {what} {os.fsdecode(path)}: {exc.strerror or exc}") from None
     try:
-        _checked(path, os.fstat(fd), limit, what)   # what was opened, whatever the name now is
-        out = bytearray()
-        while len(out) <= limit:   # a file growing while it is read stops at the limit too
-            chunk = os.read(fd, min(_CHUNK, limit + 1 - len(out)))
-            if not chunk:
-                break
-            out += chunk
+        st = os.fstat(fd)
+        _checked(path, st, limit, what)   # what was opened, whatever the name now is
+        with os.fdopen(fd, "rb", buffering=0, closefd=False) as f:
+            # One allocation of the size fstat gives; then at most to the limit, for a file
+            # that grows while it is read.
+            chunks = [f.read(st.st_size + 1)]
+            total = len(chunks[0])
+            while total <= limit and total > st.st_size:
+                chunk = f.read(min(_CHUNK, limit + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
     except OSError as exc:
         raise InvalidOptionError(f"cannot read {what} {os.fsdecode(path)}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    if len(out) > limit:
+    if total > limit:
         raise InvalidOptionError(f"cannot read {what} {os.fsdecode(path)}: it grew past "
                                  f"{limit} bytes ({_size(limit)}) while kjit read it")
-    return bytes(out)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def destination(path: str | os.PathLike[str]) -> tuple[str, bool]:
