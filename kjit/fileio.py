@@ -150,15 +150,15 @@ def open_output(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         raise
 
 
-def temporary_beside(real: str) -> tuple[int, str]:
+def temporary_beside(real: str, mode: int = 0o666) -> tuple[int, str]:
     """A new file next to `real`: created exclusively (never through a planted link) with
-    mode 0666 less the umask, as the final file would get from open()."""
+    `mode` less the umask (by default what the final file would get from open())."""
     directory, name = os.path.split(real)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     for _ in range(100):
         tmp = os.path.join(directory, f".{name}.{os.urandom(4).hex()}.tmp")  # secrets imports base64
         try:
-            return os.open(tmp, flags, 0o666), tmp
+            return os.open(tmp, flags, mode), tmp
         except FileExistsError:
             continue
     raise OSError(errno.EEXIST, "no free temporary file name", directory)
@@ -173,11 +173,12 @@ def write_file(path: str | os.PathLike[str], data: bytes) -> bool:
     return special
 
 
-def replace_with(path: str | os.PathLike[str], data: bytes) -> None:
+def replace_with(path: str | os.PathLike[str], data: bytes, mode: int = 0o666) -> None:
     """Put `data` at `path`, one of kjit's own files (in the cache directory): written to a
     new file beside it (never through a planted link) and renamed over it, so a reader sees
-    the old file or the new one, and a link at `path` is replaced, not followed."""
-    fd, tmp = temporary_beside(os.fspath(path))
+    the old file or the new one, and a link at `path` is replaced, not followed. `mode`
+    (less the umask): 0o644 for a file kjit later trusts only if no one else can write it."""
+    fd, tmp = temporary_beside(os.fspath(path), mode)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -32,7 +32,7 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 
           "tib": 1 << 40}
 _MAX_SIZE = 1 << 62   # beyond any disk; keeps SQLite's integers and float conversions exact
 _MAX_DIGITS = 18      # a whole number setting: beyond any count kjit could use, below int()'s limit
-_SHOWN = 60           # characters of a value an error message repeats
+_SHOWN = 400          # characters of a value an error message repeats
 # What the system opens (Linux PATH_MAX and NAME_MAX, the common bound elsewhere): a longer
 # directory is refused by name here, not met as ENAMETOOLONG deep inside the cache.
 PATH_MAX, NAME_MAX = 4096, 255
