@@ -192,3 +192,23 @@ def test_out_of_memory_under_an_address_space_limit_says_what_to_do(tmp_path):
             assert error["type"] == "OutOfMemory" and "ulimit -v" in error["message"]
         else:
             assert b"out of memory" in res.stderr and b"raise the limit" in res.stderr
+
+
+# --- the HIP backend without ROCm --------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["compile", "build"])
+def test_hip_without_hiprtc_fails_naming_what_to_install(tmp_path, command):
+    """Issue 40 saw `--backend hip` exit 0 on a machine without ROCm; here it must fail
+    (exit 1) and say what to install, writing nothing."""
+    from kjit.compiler import hiprtc
+    if hiprtc.available():
+        pytest.skip("hiprtc is installed here")
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" __global__ void k(float *x) { x[0] = 1; }\n')
+    out = tmp_path / ("k.hsaco" if command == "compile" else "k.hipfb")
+    res = run_cli(command, src, "--backend", "hip", "--arch", "gfx90a", "-o", out, "--json",
+                  env={"KJIT_CACHE_DIR": str(tmp_path / "cache")})
+    assert res.returncode == 1, (res.stdout, res.stderr[-2000:])
+    message = json.loads(res.stdout)["error"]["message"]
+    assert "hiprtc" in message and "install" in message
+    assert not out.exists()
