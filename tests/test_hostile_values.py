@@ -198,17 +198,23 @@ def test_out_of_memory_under_an_address_space_limit_says_what_to_do(tmp_path):
 
 @pytest.mark.parametrize("command", ["compile", "build"])
 def test_hip_without_hiprtc_fails_naming_what_to_install(tmp_path, command):
-    """Issue 40 saw `--backend hip` exit 0 on a machine without ROCm; here it must fail
-    (exit 1) and say what to install, writing nothing."""
-    from kjit.compiler import hiprtc
-    if hiprtc.available():
-        pytest.skip("hiprtc is installed here")
+    """Issue 40 saw `--backend hip` exit 0 on a machine without ROCm; without a hiprtc it
+    must fail (exit 1) and say what to install, writing nothing. The machine's own hiprtc,
+    if any, is hidden from the command by a sitecustomize that names no library."""
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text(
+        "import kjit.hip.loader as l\nl.HIPRTC_NAMES = ('libkjit-no-such-hiprtc.so',)\n")
     src = tmp_path / "k.cu"
     src.write_text('extern "C" __global__ void k(float *x) { x[0] = 1; }\n')
     out = tmp_path / ("k.hsaco" if command == "compile" else "k.hipfb")
-    res = run_cli(command, src, "--backend", "hip", "--arch", "gfx90a", "-o", out, "--json",
-                  env={"KJIT_CACHE_DIR": str(tmp_path / "cache")})
+    env = {"KJIT_CACHE_DIR": str(tmp_path / "cache"), "ROCM_PATH": str(tmp_path / "no-rocm"),
+           "HIP_PATH": str(tmp_path / "no-rocm"),
+           "PYTHONPATH": os.pathsep.join([str(hide), str(ROOT)])}
+    res = subprocess.run([sys.executable, "-m", "kjit.cli.main", command, str(src), "--backend",
+                          "hip", "--arch", "gfx90a", "-o", str(out), "--json"],
+                         env=dict(os.environ, **env), capture_output=True, text=True, timeout=120)
     assert res.returncode == 1, (res.stdout, res.stderr[-2000:])
     message = json.loads(res.stdout)["error"]["message"]
-    assert "hiprtc" in message and "install" in message
+    assert "no hiprtc library found" in message and "install" in message
     assert not out.exists()
