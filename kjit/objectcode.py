@@ -195,19 +195,18 @@ class ObjectCode:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], kind: str | None = None) -> "ObjectCode":
         """Read a file written by save() or any tool; the kind is sniffed unless given."""
+        from .fileio import MAX_BINARY_BYTES, MAX_SIDECAR_BYTES, read_input
         path = Path(path)
-        try:
-            code = path.read_bytes()
-        except FileNotFoundError:
-            raise InvalidOptionError(f"no such file: {path}") from None
-        except OSError as exc:
-            raise InvalidOptionError(f"cannot read {path}: {exc.strerror or exc}") from None
+        if not os.path.exists(path):
+            raise InvalidOptionError(f"no such file: {path}")
+        # Bounded, and only from a regular file: /dev/zero or a FIFO is refused, not read.
+        code = read_input(path, MAX_BINARY_BYTES, "binary")
         side = path.with_name(path.name + SIDECAR_SUFFIX)
         meta: dict[str, Any] = {}
         if side.exists():
             try:
-                meta = json.loads(side.read_text())
-            except (OSError, ValueError, RecursionError):
+                meta = json.loads(read_input(side, MAX_SIDECAR_BYTES, "sidecar"))
+            except (InvalidOptionError, ValueError, RecursionError):
                 meta = {}
             # A sidecar describes the bytes it was written with; one left behind by a file
             # another tool has since replaced describes nothing. Nor does one whose fields

@@ -31,20 +31,33 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40,
           "tib": 1 << 40}
 _MAX_SIZE = 1 << 62   # beyond any disk; keeps SQLite's integers and float conversions exact
+_MAX_DIGITS = 18      # a whole number setting: beyond any count kjit could use, below int()'s limit
+_SHOWN = 400          # characters of a value an error message repeats
+# What the system opens (Linux PATH_MAX and NAME_MAX, the common bound elsewhere): a longer
+# directory is refused by name here, not met as ENAMETOOLONG deep inside the cache.
+PATH_MAX, NAME_MAX = 4096, 255
+
+
+def shown(text: object) -> str:
+    """A value as an error message repeats it: repr, cut short with its length when long."""
+    text = str(text)
+    if len(text) <= _SHOWN:
+        return repr(text)
+    return f"{text[:_SHOWN]!r}... ({len(text)} characters)"
 
 
 def parse_size(text: str | int) -> int:
     """'1G', '512MiB', '1048576' -> bytes; ValueError names the accepted forms."""
     if isinstance(text, int) and not isinstance(text, bool):
         if not 0 <= text <= _MAX_SIZE:
-            raise ValueError(f"size {text!r} is not a size from 0 to 4 EiB")
+            raise ValueError(f"size {shown(text)} is not a size from 0 to 4 EiB")
         return text
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"size {text!r} is not a size: use bytes or a number with K, M, G or T (e.g. 512M)")
+        raise ValueError(f"size {shown(text)} is not a size: use bytes or a number with K, M, G or T (e.g. 512M)")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if not value <= _MAX_SIZE:   # also inf from a thousand digits
-        raise ValueError(f"size {text!r} is larger than any disk (at most 4 EiB)")
+        raise ValueError(f"size {shown(text)} is larger than any disk (at most 4 EiB)")
     return int(value)
 
 
@@ -61,19 +74,19 @@ def parse_duration(text: str | float, name: str | None = None, most: float | Non
         else:
             m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|[smhdw]?)\s*", str(text).lower())
             if not m:
-                raise ValueError(f"{text!r} is not a duration: use e.g. 500ms, 90s, 30m, 12h, 7d, 2w")
+                raise ValueError(f"{shown(text)} is not a duration: use e.g. 500ms, 90s, 30m, 12h, 7d, 2w")
             value = float(m.group(1)) * _SECONDS[m.group(2) or "s"]
         if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError(f"{text!r} is not a finite duration")
+            raise ValueError(f"{shown(text)} is not a finite duration")
         if value < 0:
-            raise ValueError(f"{text!r} is not a duration of zero or more")
+            raise ValueError(f"{shown(text)} is not a duration of zero or more")
     except (ValueError, OverflowError):
         if name is None:
             raise
-        raise SettingError(f"{name}={text!r} is not a duration of zero or more, such as 500ms, "
+        raise SettingError(f"{name}={shown(text)} is not a duration of zero or more, such as 500ms, "
                            "2s, 15m, 12h, 7d") from None
     if most is not None and not value <= most:
-        raise SettingError(f"{name}={text!r} is not a duration of at most {_human_s(most)}")
+        raise SettingError(f"{name}={shown(text)} is not a duration of at most {_human_s(most)}")
     return value
 
 
@@ -107,7 +120,7 @@ def env_switch(name: str, default: bool | None = None, env: Mapping[str, str] | 
     """A switch: on (1, true, yes, on), off (0, false, no, off), any case; unset: its default."""
     on = switch(env_raw(name, env), SWITCHES[name] if default is None else default)
     if on is None:
-        raise SettingError(f"{name}={env_raw(name, env)!r} is not a switch: {_SWITCH_FORM}")
+        raise SettingError(f"{name}={shown(env_raw(name, env))} is not a switch: {_SWITCH_FORM}")
     return on
 
 
@@ -124,7 +137,7 @@ def env_size(name: str, default: int, env: Mapping[str, str] | None = None) -> i
     try:
         return parse_size(text)
     except ValueError as exc:
-        raise SettingError(f"{name}={text!r} is not usable: {exc}") from None
+        raise SettingError(f"{name}={shown(text)} is not usable: {exc}") from None
 
 
 def env_duration(name: str, default: float, *, most: float | None = None, above_zero: bool = False,
@@ -135,7 +148,7 @@ def env_duration(name: str, default: float, *, most: float | None = None, above_
         return default
     value = parse_duration(text, name, most)
     if above_zero and value == 0:
-        raise SettingError(f"{name}={text!r} is not a duration above zero")
+        raise SettingError(f"{name}={shown(text)} is not a duration above zero")
     return value
 
 
@@ -145,8 +158,11 @@ def env_int(name: str, default: int | None, *, least: int = 1, what: str = "a wh
     text = env_text(name, env)
     if text is None:
         return default
-    if not re.fullmatch(r"[0-9]+", text) or int(text) < least:
-        raise SettingError(f"{name}={text!r} is not {what}: give a whole number, at least {least}")
+    if not re.fullmatch(r"[0-9]+", text) or len(text.lstrip("0")) <= _MAX_DIGITS and int(text) < least:
+        raise SettingError(f"{name}={shown(text)} is not {what}: give a whole number, at least {least}")
+    if len(text.lstrip("0")) > _MAX_DIGITS:
+        raise SettingError(f"{name}={shown(text)} is larger than any {what[2:] if what.startswith('a ') else what} "
+                           f"kjit can use: give a whole number of at most {_MAX_DIGITS} digits")
     return int(text)
 
 
@@ -157,7 +173,7 @@ def env_choice(name: str, choices: Mapping[str, str], env: Mapping[str, str] | N
         return None
     if text.lower() not in choices:
         ways = "; ".join(f"{value} ({means})" for value, means in choices.items())
-        raise SettingError(f"{name}={text!r} is not one of: {ways}; or unset it for the default")
+        raise SettingError(f"{name}={shown(text)} is not one of: {ways}; or unset it for the default")
     return text.lower()
 
 
@@ -172,6 +188,7 @@ ENV_POOL_IDLE, DEFAULT_POOL_IDLE, MAX_POOL_IDLE = "KJIT_COMPILE_POOL_IDLE", 30.0
 ENV_LAUNCH = "KJIT_LAUNCH"
 LAUNCH_CHOICES = {"bindings": "launch through cuda.bindings' cuLaunchKernel"}
 ENV_AUTOTUNE = "KJIT_AUTOTUNE"
+ENV_CACHE_DIR = "KJIT_CACHE_DIR"
 _AUTOTUNE_FORM = ("on, 1, true, yes or tune (time the configurations, the default); off, 0, false "
                   "or no (the first configuration, no timing); fixed:<index>")
 
@@ -215,9 +232,27 @@ def autotune_mode(env: Mapping[str, str] | None = None) -> tuple[str, int | None
         return "tune", None
     if word in OFF:
         return "off", 0
-    if word.startswith("fixed:") and re.fullmatch(r"[0-9]+", word[6:].strip()):
+    if (word.startswith("fixed:") and re.fullmatch(r"[0-9]+", word[6:].strip())
+            and len(word[6:].strip().lstrip("0")) <= _MAX_DIGITS):
         return "fixed", int(word[6:])
-    raise AutotuneSettingError(f"{ENV_AUTOTUNE}={text!r} is not one of: {_AUTOTUNE_FORM}")
+    raise AutotuneSettingError(f"{ENV_AUTOTUNE}={shown(text)} is not one of: {_AUTOTUNE_FORM}")
+
+
+def cache_dir_paths(env: Mapping[str, str] | None = None) -> None:
+    """$KJIT_CACHE_DIR: SettingError for a listed directory no system call could open (a
+    path over PATH_MAX bytes or a name in it over NAME_MAX); where it lives, and whether it
+    can be used, is kjit.locations' and the cache's question."""
+    for part in (env_raw(ENV_CACHE_DIR, env) or "").split(os.pathsep):
+        if not part.strip():
+            continue
+        raw = os.fsencode(os.path.expanduser(part))
+        longest = max(raw.split(b"/"), key=len)
+        if len(raw) >= PATH_MAX or len(longest) > NAME_MAX:
+            what = (f"is {len(raw)} bytes long, more than any path the system opens ({PATH_MAX - 1})"
+                    if len(raw) >= PATH_MAX else
+                    f"has a name of {len(longest)} bytes, more than any file system allows ({NAME_MAX})")
+            raise SettingError(f"{ENV_CACHE_DIR}: the directory {shown(part)} {what}: set it to "
+                               "the cache directory's path, or unset it for the default")
 
 
 _REMOTE = ("KJIT_REMOTE_CACHE", "KJIT_REMOTE_CACHE_KEY", "KJIT_REMOTE_CACHE_KEY_FILE",
@@ -227,8 +262,9 @@ _REMOTE = ("KJIT_REMOTE_CACHE", "KJIT_REMOTE_CACHE_KEY", "KJIT_REMOTE_CACHE_KEY_
 
 # Every KJIT_* variable -> its check here, or None where it is checked where it is read,
 # because its form is another module's question: an architecture name (kjit.arch), a file
-# (kjit.linker.devrt), a list of directories (kjit.locations), the shared tier's URL, key and
-# limits (kjit.cache.remote, when the tier is configured: unused without KJIT_REMOTE_CACHE).
+# (kjit.linker.devrt), the shared tier's URL, key and limits (kjit.cache.remote, when the
+# tier is configured: unused without KJIT_REMOTE_CACHE), a list of directories
+# (kjit.locations; check_settings refuses only a path no system could open).
 VARIABLES: dict[str, Callable[[], object] | None] = {
     **{name: functools.partial(env_switch, name) for name in SWITCHES},
     ENV_SIZE: size_limit,
@@ -239,7 +275,7 @@ VARIABLES: dict[str, Callable[[], object] | None] = {
     ENV_AUTOTUNE: autotune_mode,
     "KJIT_ARCH": None,
     "KJIT_CUDADEVRT": None,
-    "KJIT_CACHE_DIR": None,
+    ENV_CACHE_DIR: None,
     **dict.fromkeys(_REMOTE),
 }
 
@@ -251,3 +287,4 @@ def check_settings() -> None:
     for check in VARIABLES.values():
         if check is not None:
             check()
+    cache_dir_paths()

@@ -385,16 +385,17 @@ def test_interrupt_exits_130_with_one_object_and_no_aborted(monkeypatch, src):
 
 
 @pytest.mark.parametrize("as_json", [False, True])
-def test_sigint_during_a_command_exits_130(tmp_path, as_json):
-    """Ctrl-C (SIGINT) while the command waits: here on a source that is a FIFO no one writes."""
+def test_sigint_during_a_command_exits_130(tmp_path, src, as_json):
+    """Ctrl-C (SIGINT) while the command waits: here on an output FIFO no one reads (an
+    input FIFO is refused before it is opened)."""
     import signal
     import subprocess
     import sys
     import time
-    fifo = tmp_path / "slow.cu"
+    fifo = tmp_path / "slow.cubin"
     os.mkfifo(fifo)
-    cmd = [sys.executable, "-m", "kjit.cli.main", "compile", str(fifo), "--arch", "sm_90",
-           "-o", str(tmp_path / "o.cubin")] + (["--json"] if as_json else [])
+    cmd = [sys.executable, "-m", "kjit.cli.main", "compile", str(src), "--arch", "sm_90",
+           "-o", str(fifo)] + (["--json"] if as_json else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), KJIT_CACHE_DIR=str(tmp_path / "c"))
     # SIGINT as a terminal delivers it, even where this test runs with it ignored (a background job)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

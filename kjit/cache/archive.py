@@ -69,7 +69,9 @@ def _output(file: str | Path) -> Iterator[BinaryIO]:
 
 def import_(store: Any, file: str | Path, *, overwrite: bool = False) -> dict[str, Any]:
     """Add the entries of an export archive to `store`; see the module's checks."""
+    from ..fileio import check_input
     file = Path(file)
+    check_input(file, None, "cache export")   # a device or FIFO is no zip (and could hang)
     try:
         z = zipfile.ZipFile(file)
     except Exception as exc:  # zipfile raises many kinds on a damaged archive

@@ -1,9 +1,13 @@
 """Whether a cache directory may be used, and opening lock files in it without following links.
 
 Entries are checksummed, but a checksum is no signature: whoever can write the directory
-can plant a cubin under any key. So kjit uses a cache directory only when it belongs to
-the user running kjit (or to root, for a cache baked into an image) and other users cannot
-write it, and never follows a symbolic link planted where it creates a file.
+can plant a cubin under any key (or a headers list naming its own directory). So kjit uses
+a cache directory, and reads a file in it, only when it belongs to the user running kjit
+(or to root, for a cache baked into an image) and no other user can write it: not every
+user, and not a group with other members (a group of the owner's own, as systems with
+user-private groups make, is the owner). Inside a directory that only its owner can enter,
+a group's write bit reaches no one. kjit never follows a symbolic link planted where it
+creates a file.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ def check_directory(path: Path) -> None:
     if not hasattr(os, "geteuid"):
         return
     check_owner(path)
+    top = os.stat(path)
     for name in SUBDIRS:
         try:
             st = os.lstat(path / name)
@@ -35,7 +40,7 @@ def check_directory(path: Path) -> None:
         if stat.S_ISLNK(st.st_mode):
             raise Untrusted(errno.EPERM, f"{path / name} is a symbolic link; kjit does not follow "
                             "links inside its cache directory: remove it")
-        _check(path / name, st, "cache subdirectory")
+        _check(path / name, st, "cache subdirectory", top)
 
 
 def check_owner(path: Path) -> None:
@@ -45,15 +50,45 @@ def check_owner(path: Path) -> None:
         _check(path, os.stat(path), "cache directory")
 
 
-def _check(path: Path, st: os.stat_result, what: str) -> None:
+def _check(path: Path, st: os.stat_result, what: str, parent: os.stat_result | None = None) -> None:
+    """Untrusted unless `st` (of `path`, inside the directory whose stat is `parent`, if
+    given) belongs to this user or root and no other user can write it."""
     me = os.geteuid()
     if st.st_uid not in (me, 0):
         raise Untrusted(errno.EPERM, f"the {what} {path} belongs to another user (uid {st.st_uid}); "
-                        "kjit uses only a cache directory you (or root) own: set KJIT_CACHE_DIR to one")
+                        "kjit uses only a cache directory you (or root) own, and only files you "
+                        "(or root) wrote in it: set KJIT_CACHE_DIR to your own directory")
     if st.st_mode & stat.S_IWOTH:
         raise Untrusted(errno.EPERM, f"the {what} {path} is writable by every user (mode "
                         f"{stat.S_IMODE(st.st_mode):o}), so anyone could plant code in it: "
                         f"`chmod o-w {path}` or set KJIT_CACHE_DIR to a private directory")
+    if (st.st_mode & stat.S_IWGRP and (parent is None or parent.st_mode & stat.S_IXGRP)
+            and not _owners_own_group(st)):
+        raise Untrusted(errno.EPERM, f"the {what} {path} is writable by the group "
+                        f"{_group_name(st.st_gid)} (mode {stat.S_IMODE(st.st_mode):o}), so its other "
+                        f"members could plant code in it: `chmod g-w {path}` or set KJIT_CACHE_DIR "
+                        "to a private directory")
+
+
+def _group_name(gid: int) -> str:
+    try:
+        import grp
+        return f"{grp.getgrgid(gid).gr_name!r} (gid {gid})"
+    except (ImportError, KeyError):
+        return f"gid {gid}"
+
+
+def _owners_own_group(st: os.stat_result) -> bool:
+    """Whether the file's group is its owner's user-private group: named as the owner, and
+    listing no one else (Debian's and Fedora's default for every user)."""
+    try:
+        import grp
+        import pwd
+        owner = pwd.getpwuid(st.st_uid).pw_name
+        group = grp.getgrgid(st.st_gid)
+    except (ImportError, KeyError):
+        return False
+    return group.gr_name == owner and set(group.gr_mem) <= {owner}
 
 
 def trusted(path: Path) -> bool:
@@ -72,14 +107,21 @@ def read_private(path: Path, limit: int) -> bytes:
     """Up to `limit` + 1 bytes of a file kjit wrote in its cache directory, never through a
     symbolic link; Untrusted if the file or the directory holding it belongs to another
     user (root excepted) or is writable by others."""
+    parent = None
     if hasattr(os, "geteuid"):
-        _check(path.parent, os.lstat(path.parent), "cache subdirectory")
-        if stat.S_ISLNK(os.lstat(path.parent).st_mode):
+        parent = os.lstat(path.parent)
+        if stat.S_ISLNK(parent.st_mode):
             raise Untrusted(errno.EPERM, f"{path.parent} is a symbolic link")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        _check(path.parent, parent, "cache directory", os.stat(path.parent.parent))
+    # O_NONBLOCK: a FIFO planted under the name is opened without waiting for a writer
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+                 | getattr(os, "O_NONBLOCK", 0))
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Untrusted(errno.EPERM, f"{path} is not a regular file: remove it")
         if hasattr(os, "geteuid"):
-            _check(path, os.fstat(fd), "cache file")
+            _check(path, st, "cache file", parent)
         chunks, left = [], limit + 1
         while left > 0:
             chunk = os.read(fd, left)

@@ -1,6 +1,7 @@
 """`kjit build`: parse the arguments, run kjit.build.run_build, print what it did."""
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -9,7 +10,7 @@ import click
 from ..build import COMPRESS_CHOICES, run_build
 from ..errors import KjitError
 from .common import (check_build_archs, compile_flags, compile_options_from_cli, emit, fail,
-                     human_size, json_option)
+                     human_size, json_option, utf8_only)
 
 
 def _text(d: dict[str, Any]) -> str:
@@ -28,6 +29,17 @@ def _text(d: dict[str, Any]) -> str:
     lines.append(cache)
     lines += [f"note: {n}" for n in d["notes"]]
     return "\n".join(lines)
+
+
+def _check_inputs(sources, link_files) -> None:
+    """Every source and link input is a regular file of a size kjit reads, before any is
+    opened (a FIFO would block the open, /dev/zero fill memory)."""
+    from ..fileio import MAX_BINARY_BYTES, MAX_SOURCE_BYTES, check_input
+    for s in sources:
+        utf8_only("source", [os.path.abspath(s)], "rename it (or its directory)")
+        check_input(s, MAX_SOURCE_BYTES, "source")
+    for f in link_files:
+        check_input(f, MAX_BINARY_BYTES, "link input")
 
 
 @click.command("build")
@@ -78,6 +90,7 @@ def build_cmd(sources, output, archs, ptx_archs, no_ptx, link_files, lto, name_e
                                     no_nvcc_prelude)
     check_build_archs(archs, ptx_archs, no_ptx, backend)
     try:
+        _check_inputs(sources, link_files)
         result = run_build(sources, output=output, archs=archs, ptx=ptx_archs, no_ptx=no_ptx,
                            options=opts, link=link_files, lto=lto,
                            name_expressions=name_expressions, backend=backend, jobs=jobs,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from typing import Any, Callable, Iterator
 
 import click
@@ -56,6 +57,21 @@ def fail(exc: KjitError) -> "click.ClickException":
     return CommandFailed(exc)
 
 
+def utf8_only(option: str, values, fix: str) -> None:
+    """InvalidOptionError for a command-line value that is not UTF-8 (Python holds its bad
+    bytes as surrogates): the compiler takes its options, and the cache key holds them, as
+    UTF-8 text."""
+    for v in values:
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = os.fsencode(v[exc.start:exc.end])
+            raise InvalidOptionError(
+                f"{option} {os.fsencode(v)!r} is not UTF-8 (byte 0x{bad[0]:02x} at character "
+                f"{exc.start}): kjit hands it to the compiler, and keys the cache by it, as UTF-8 "
+                f"text; {fix}") from None
+
+
 def compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, debug,
                              max_registers, relocatable, extra, no_toolkit_headers=False,
                              no_std_headers=False, no_nvcc_prelude=False):
@@ -63,6 +79,9 @@ def compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, d
     usage error."""
     from ..compiler.options import CompileOptions
     with usage_errors():
+        utf8_only("-I", include_dirs, "rename the directory, or link to it under a UTF-8 name")
+        utf8_only("-D", defines, "write the macro in UTF-8")
+        utf8_only("-X", extra, "write the flag in UTF-8")
         return CompileOptions(std=std, defines=list(defines), include_dirs=list(include_dirs),
                               fast_math=fast_math, line_info=line_info, debug=debug,
                               max_registers=max_registers, relocatable=relocatable,
@@ -97,6 +116,7 @@ def check_compile_request(arch, target, backend, options, name_expressions=()) -
     before any input is read."""
     from ..compiler.request import make_request
     with usage_errors():
+        utf8_only("--name-expression", name_expressions, "write it in UTF-8")
         make_request("", arch=arch, target=target, options=options, backend=backend,
                      name_expressions=name_expressions)
 

@@ -1,13 +1,14 @@
 """`kjit compile`: one source file to PTX, cubin or LTO-IR."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from ..errors import KjitError
 from .common import (check_compile_request, compile_flags, compile_options_from_cli, emit, fail,
-                     json_option)
+                     json_option, utf8_only)
 
 
 # A relocatable cubin (kind "object", from --relocatable) is still a .cubin file.
@@ -34,6 +35,7 @@ def compile_cmd(source, arch, target, backend, output, name_expressions, no_cach
     from ..compiler import source_text
     from ..compiler.api import compile as kjit_compile
     from ..compiler.search import source_name
+    from ..fileio import MAX_SOURCE_BYTES, read_input
     from . import output as output_mod
     src_path = Path(source)
     output_mod.check(output, [source], as_json)
@@ -42,7 +44,9 @@ def compile_cmd(source, arch, target, backend, output, name_expressions, no_cach
                                     no_nvcc_prelude)
     check_compile_request(arch, target, backend, opts, name_expressions)
     try:
-        obj = kjit_compile(source_text.read(src_path), arch=arch, target=target, options=opts,
+        utf8_only("source", [os.path.abspath(source)], "rename it (or its directory)")
+        text = source_text.decode(read_input(src_path, MAX_SOURCE_BYTES, "source"), source)
+        obj = kjit_compile(text, arch=arch, target=target, options=opts,
                            name_expressions=name_expressions, backend=backend,
                            name=source_name(source), cache=not no_cache)
         out = output or str(src_path.with_suffix(_SUFFIX.get(obj.kind, "." + obj.kind)))

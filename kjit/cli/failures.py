@@ -4,8 +4,9 @@ Without --json: a message on stderr. With --json: one JSON object on stdout,
 {"error": {"type": ..., "message": ..., "exit_code": ...}} (plus the compiler's or
 linker's log where there is one, and the warnings), so a script can parse every outcome.
 Exit codes: 0 success, 1 the command failed (bad input, compile or link error, cache
-problem), 2 the command line or a KJIT_* setting is wrong (type "UsageError" whatever click
-called it), 70 an internal error in kjit (with a traceback on stderr), 130 interrupted.
+problem; also running out of memory, type "OutOfMemory", with what to do), 2 the command
+line or a KJIT_* setting is wrong (type "UsageError" whatever click called it), 70 an
+internal error in kjit (with a traceback on stderr), 130 interrupted.
 """
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ import click
 from ..errors import KjitError
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 1, 2, 70, 130
+OUT_OF_MEMORY = ("out of memory: the command needed more memory than this process may use (an "
+                 "address-space or memory limit: `ulimit -v`, a container's or a batch job's); "
+                 "raise the limit, or give the command fewer or smaller inputs (kjit build: "
+                 "fewer --jobs)")
 
 
 class CommandFailed(click.ClickException):
@@ -84,6 +89,8 @@ def describe(exc: BaseException) -> tuple[str, str, int, dict[str, Any]]:
         return type(original).__name__, exc.format_message(), exc.exit_code, extra
     if isinstance(exc, KjitError):
         return type(exc).__name__, str(exc), EXIT_FAILED, extra
+    if isinstance(original, MemoryError):   # a limit of the process's, not a fault in kjit
+        return "OutOfMemory", OUT_OF_MEMORY, EXIT_FAILED, extra
     if isinstance(exc, (click.Abort, KeyboardInterrupt, EOFError)):
         ctrl_c = isinstance(exc, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt)
         return "Interrupted", "interrupted", EXIT_INTERRUPTED if ctrl_c else EXIT_FAILED, extra

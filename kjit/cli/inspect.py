@@ -110,7 +110,7 @@ def inspect_cmd(files: tuple[str, ...], as_json: bool) -> None:
         try:
             data.append(inspect_file(f))
         except KjitError as exc:
-            raise fail(type(exc)(f"{f}: {exc}") if not str(exc).startswith(str(f)) else exc)
+            raise fail(type(exc)(f"{f}: {exc}") if str(f) not in str(exc) else exc)
     if as_json:
         emit(data[0] if len(data) == 1 else data, True, str)
     else:

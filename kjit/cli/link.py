@@ -40,6 +40,9 @@ def link_cmd(inputs, arch, backend, lto, output, max_registers, optimization_lev
                               fast_math=fast_math, device_runtime=device_runtime, extra=list(extra))
     check_link_arch(arch)
     try:
+        from ..fileio import MAX_BINARY_BYTES, check_input
+        for f in inputs:   # before any is opened: a FIFO would block, /dev/zero fill memory
+            check_input(f, MAX_BINARY_BYTES, "link input")
         res = link(list(inputs), arch=arch, backend=backend, lto=lto, options=options,
                    cache=not no_cache)
         written = output_mod.write(res.object, out)

@@ -12,18 +12,24 @@ def _store():
     return store
 
 
+# The records' fields are checked for their kind (tune/store.py); what is inside a key
+# value or a configuration is shown as it is, whatever it holds.
 def _key_text(key: dict) -> str:
     parts = []
     for k, v in key.items():
-        if isinstance(v, dict) and "shape" in v:
+        if isinstance(v, dict) and isinstance(v.get("shape"), list):
             v = f"{v.get('dtype')}[{'x'.join(map(str, v['shape']))}]"
         parts.append(f"{k}={v}")
     return ", ".join(parts) or "-"
 
 
+def _items(value) -> list:
+    return list(value.items()) if isinstance(value, dict) else []
+
+
 def _config_text(cfg: dict) -> str:
-    parts = [f"{k}={v}" for k, v in (cfg.get("params") or {}).items()]
-    parts += [f"-D{k}" + ("" if v is None else f"={v}") for k, v in (cfg.get("defines") or {}).items()]
+    parts = [f"{k}={v}" for k, v in _items(cfg.get("params"))]
+    parts += [f"-D{k}" + ("" if v is None else f"={v}") for k, v in _items(cfg.get("defines"))]
     for name in ("block", "shared_mem"):
         if name in cfg and not str(cfg[name]).startswith("<function"):
             parts.append(f"{name}={cfg[name]}")

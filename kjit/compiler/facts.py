@@ -48,6 +48,31 @@ def _path() -> Path | None:
         return None
 
 
+MAX_BYTES = 1 << 20   # a few hundred bytes per NVRTC kjit has met
+_refused: set[str] = set()
+
+
+def read_record(path: Path, limit: int = MAX_BYTES) -> Any:
+    """The JSON a file kjit keeps in its cache directory holds, {} when it is missing or
+    unreadable. Read only if this user (or root) wrote it and no one else can write it
+    (kjit.cache.trust), bounded, never through a link; a file that fails is ignored with
+    one warning naming it and what to do, so no one can point another user's compiles at
+    their own files through it."""
+    from ..cache.trust import Untrusted, read_private
+    try:
+        data = read_private(path, limit)
+        return json.loads(data) if len(data) <= limit else {}
+    except Untrusted as exc:
+        if str(path) not in _refused:
+            _refused.add(str(path))
+            import warnings
+            warnings.warn(f"kjit does not read {path}: {exc.strerror}; it finds the answer "
+                          "itself instead", RuntimeWarning, stacklevel=3)
+        return {}
+    except (OSError, ValueError, RecursionError):
+        return {}
+
+
 def _valid(entry: Any) -> bool:
     return (isinstance(entry, dict) and isinstance(entry.get("version"), list)
             and len(entry["version"]) == 2 and isinstance(entry.get("archs"), list)
@@ -61,10 +86,7 @@ def nvrtc() -> dict[str, Any]:
     wheel, path = _wheel(), _path()
     known: dict[str, Any] = {}
     if wheel and path is not None:
-        try:
-            known = json.loads(path.read_text())
-        except (OSError, ValueError, RecursionError):
-            known = {}
+        known = read_record(path)
         known = known if isinstance(known, dict) else {}  # the cache directory's file: checked
         if _valid(known.get(wheel)):
             return known[wheel]
@@ -73,7 +95,7 @@ def nvrtc() -> dict[str, Any]:
         try:  # write-then-rename through a new file: no half file, no planted link followed
             from ..fileio import replace_with
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            replace_with(path, json.dumps({**known, wheel: entry}, sort_keys=True).encode())
+            replace_with(path, json.dumps({**known, wheel: entry}, sort_keys=True).encode(), 0o644)
         except OSError:
             pass  # read-only cache: ask NVRTC again next time
     return entry

@@ -123,14 +123,12 @@ def _pathfinder_remembered() -> dict[str, str | None]:
     ident, path = _identity(), _record_path()
     known: dict[str, Any] = {}
     if path is not None:
-        try:
-            known = json.loads(path.read_text())
-            if not isinstance(known, dict):
-                known = {}
-            if _valid(known.get(ident)) and set(known[ident]) == {lib for lib, _ in LIBS}:
-                return dict(known[ident])
-        except (OSError, ValueError):
+        from .facts import read_record   # the owner, mode and size checks of both files
+        known = read_record(path)
+        if not isinstance(known, dict):
             known = {}
+        if _valid(known.get(ident)) and set(known[ident]) == {lib for lib, _ in LIBS}:
+            return dict(known[ident])
     found = _ask_pathfinder()
     if path is not None:
         try:  # write-then-rename: a reader never sees half a file; keep a few identities
@@ -138,7 +136,7 @@ def _pathfinder_remembered() -> dict[str, str | None]:
             keep[ident] = found
             from ..fileio import replace_with
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            replace_with(path, json.dumps(keep, sort_keys=True).encode())
+            replace_with(path, json.dumps(keep, sort_keys=True).encode(), 0o644)
         except OSError:
             pass  # read-only cache: ask again next time
     return found

@@ -8,6 +8,8 @@ entry, the signed shared tier, the per-key lock and cluster lease while one is b
 from __future__ import annotations
 
 import json
+import math
+import warnings
 from typing import Any, Callable
 
 from ..cache import key_hash, lookup
@@ -38,14 +40,31 @@ def hashed(k: dict[str, Any]) -> str:
     return key_hash(NAMESPACE, k)
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def valid_record(rec: Any) -> bool:
+    """Whether `rec` has the shape the tuner writes: a status; a time in ms for "ok"; the
+    timing's other numbers and a reason text where present. A record from a shared tier
+    or an archive is checked before the tuner or `kjit tune` uses a field of it."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("status"), str):
+        return False
+    if rec["status"] == "ok" and not _number(rec.get("ms")):
+        return False
+    if any(k in rec and not _number(rec[k]) for k in ("ms", "reps", "min_ms", "max_ms")):
+        return False
+    return not ("reason" in rec and not isinstance(rec["reason"], str))
+
+
 def _decode(obj: ObjectCode | None) -> dict[str, Any] | None:
     if obj is None or obj.kind != "json":
         return None
     try:
         rec = json.loads(obj.code)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    return rec if isinstance(rec, dict) and isinstance(rec.get("status"), str) else None
+    return rec if valid_record(rec) else None
 
 
 def peek(k: dict[str, Any]) -> dict[str, Any] | None:
@@ -69,24 +88,54 @@ def get_or_measure(k: dict[str, Any], label: str, measure: Callable[[], dict[str
     obj = lookup.get_or_create(NAMESPACE, k, create, label=LABEL_PREFIX + label, meta=meta)
     rec = _decode(obj)
     if rec is None:
-        raise RuntimeError(f"the cache returned an unreadable tuning record for {label}")
+        # A stored record kjit did not write (a shared tier's, an archive's): never used;
+        # this configuration is timed here, and `kjit tune clear` removes the record.
+        warnings.warn(f"the cached tuning record for {label} is not one kjit writes: ignored and "
+                      "timed again (`kjit tune clear` removes it)", RuntimeWarning, stacklevel=2)
+        rec = measure()
+        measured.append(True)
+        if not valid_record(rec):
+            raise RuntimeError(f"the tuner made a tuning record of the wrong shape for {label}: {rec!r}")
     return rec, bool(measured)
 
 
 # --- `kjit tune` --------------------------------------------------------------------------
-def entries(kernel: str | None = None) -> list[dict[str, Any]]:
-    """Every tuning record on the local disk, with its key: kernel, device, key values,
-    config and result."""
+def _rows(kernel: str | None) -> list[dict[str, Any]]:
+    """The metadata of every tuning entry on the local disk (of one kernel), whatever its shape."""
     from ..cache import admin
     out = []
     for meta in admin.ls(kernel=LABEL_PREFIX, sort="created", reverse=True):
-        info = meta.get("autotune")
-        if meta.get("namespace") != NAMESPACE or not isinstance(info, dict):
+        if meta.get("namespace") != NAMESPACE:
             continue
-        if kernel and kernel not in str(info.get("kernel")):
+        info = meta.get("autotune")
+        if kernel and kernel not in str(info.get("kernel") if isinstance(info, dict) else info):
+            continue
+        out.append(meta)
+    return out
+
+
+def _valid_info(info: Any) -> bool:
+    """Whether a tuning entry's description has the shape record_key gives it."""
+    return (isinstance(info, dict) and isinstance(info.get("kernel"), str)
+            and all(isinstance(info.get(f), dict) for f in ("device", "key", "config")))
+
+
+def entries(kernel: str | None = None) -> list[dict[str, Any]]:
+    """Every tuning record on the local disk, with its key: kernel, device, key values,
+    config and result (None where the result is not one kjit writes). Entries whose
+    description kjit did not write are left out, with one warning."""
+    out, odd = [], 0
+    for meta in _rows(kernel):
+        info = meta.get("autotune")
+        if not _valid_info(info):
+            odd += 1
             continue
         rec = _record_of(meta["key"])
-        out.append({"entry": meta["key"], **info, "result": rec, "created": meta.get("created")})
+        out.append({"entry": meta["key"], **{f: info[f] for f in ("kernel", "device", "key", "config")},
+                    "result": rec, "created": meta.get("created")})
+    if odd:
+        warnings.warn(f"{odd} tuning record(s) in the cache are not of the shape kjit writes: not "
+                      "listed (`kjit tune clear` removes them)", RuntimeWarning, stacklevel=2)
     return out
 
 
@@ -122,7 +171,7 @@ def groups(kernel: str | None = None) -> list[dict[str, Any]]:
 def clear(kernel: str | None = None) -> int:
     """Delete the tuning records (of one kernel); also from the shared tier when one is set."""
     from ..cache import admin, shared
-    keys = [e["entry"] for e in entries(kernel)]
+    keys = [meta["key"] for meta in _rows(kernel)]   # those of any shape
     if not keys:
         return 0
     store = admin._writable(admin._disk(), "clear")
