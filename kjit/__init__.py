@@ -119,7 +119,10 @@ def _compiles(kwargs: dict) -> bool:
     if where == _cache_seen_for:   # a directory once there stays: not looked for on every call
         return False
     from .locations import cache_dirs
-    if not any(d.exists() for d in cache_dirs()):
+    try:
+        if not any(d.exists() for d in cache_dirs()):
+            return True
+    except OSError:   # a name too long for the filesystem: the cache's own check says so
         return True
     _cache_seen_for = where
     return False

@@ -218,3 +218,13 @@ def test_hip_without_hiprtc_fails_naming_what_to_install(tmp_path, command):
     message = json.loads(res.stdout)["error"]["message"]
     assert "no hiprtc library found" in message and "install" in message
     assert not out.exists()
+
+
+def test_a_cache_dir_too_long_for_the_filesystem_is_a_setting_error_from_the_library(monkeypatch):
+    """kjit.compile in a program (not the CLI): a KJIT_CACHE_DIR of 100,000 characters is named
+    as a bad setting, not a raw OSError (file name too long) from looking for the directory."""
+    import kjit
+    from kjit.errors import KjitError
+    monkeypatch.setenv("KJIT_CACHE_DIR", "/tmp/" + "a" * 100_000)
+    with pytest.raises(KjitError, match="KJIT_CACHE_DIR"):
+        kjit.compile('extern "C" __global__ void k() {}', arch="sm_90")

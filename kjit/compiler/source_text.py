@@ -41,10 +41,7 @@ def check(text: str, name: str, data: bytes | None = None) -> None:
 
 
 def read(path: str | os.PathLike[str]) -> str:
-    """The text of a source file, checked as above."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise InvalidOptionError(f"cannot read source {path}: {exc.strerror or exc}") from None
-    return decode(data, os.fspath(path))
+    """The text of a source file, checked as above: a regular file of at most
+    fileio.MAX_SOURCE_BYTES (a device or FIFO is refused by name, never read)."""
+    from ..fileio import MAX_SOURCE_BYTES, read_input
+    return decode(read_input(path, MAX_SOURCE_BYTES, "source"), os.fspath(path))

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping, Union
 
 from ..formats.elf import ElfFile, ElfFormatError
 from ..errors import InvalidOptionError
+from ..fileio import MAX_BINARY_BYTES, read_input
 from ..objectcode import ObjectCode, from_foreign_code, from_text_or_path, is_foreign_code
 
 InputLike = Union[ObjectCode, bytes, bytearray, memoryview, str, "os.PathLike[str]"]
@@ -174,9 +175,12 @@ def _one(item: Any, index: int, check: bool) -> dict[str, Any]:
         return _from_object(obj, None, f"{label} (PTX text)", check)
     if isinstance(item, (str, os.PathLike)):
         path = Path(item)
-        if not path.is_file():
+        if not path.exists():
             raise InvalidOptionError(f"link input {label}: no such file: {path}")
-        code = path.read_bytes()
+        try:   # a regular file of at most fileio.MAX_BINARY_BYTES: never a device or FIFO
+            code = read_input(path, MAX_BINARY_BYTES, "link input")
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"link input {label}: {exc}") from None
         try:
             if _host_object(code):
                 if check:
