@@ -130,7 +130,8 @@ def _text(d: dict) -> str:
     lines.append("header keys     " + (
         "observed (the files the compiler opened and the paths it found absent)"
         if keys.get("mode") == "observed" else
-        f"scanned (kjit's include scan; {keys.get('reason')})"))
+        f"not observed ({keys.get('reason')}): compiles that may read a header are not "
+        "cached"))
     lines.append(f"cache           {d['cache_dir']}")
     lines.append(f"remote cache    {_remote_text(d.get('remote_cache'))}")
     return "\n".join(lines)
