@@ -20,7 +20,19 @@ PCH whose files changed is dropped and built again. A PCH that cannot be built (
 an error, diagnostics the later compiles would not repeat, the heap too small twice) or
 that NVRTC refuses is counted and the compile runs without it; never an error.
 
-`KJIT_PCH=0` turns this off. stats() gives this process's counts; a compile that used a PCH
+Faults: NVRTC backs a PCH compile's heap with a sparse file in $TMPDIR and maps the PCH file
+itself, so a full disk or a PCH file cut short would end the process with SIGBUS. Before
+building a PCH (and before each use) the free space is checked (a PCH can grow to the heap's
+size); where it is short the compile runs without one (counted: "no_space"). A PCH file that
+is not the one written (its size, inode or times changed: truncated, replaced) is never
+given to NVRTC: that compile runs without it (counted: "damaged") and the next builds it
+again.
+
+Fork: NVRTC holds a lock of its own during a compile that a forked child would never see
+released, so a fork waits (FORK_WAIT_S at most) for the compiles in flight here to finish;
+a child forked while one still ran refuses to compile with NVRTC, saying why.
+
+`KJIT_PCH=0` (or off, false, no) turns PCHs off. stats() gives this process's counts; a compile that used a PCH
 has `metadata["pch"]` ("created" where it built it, else "used").
 """
 from __future__ import annotations
@@ -47,7 +59,10 @@ _FLAG_PREFIXES = ("-pch", "--pch", "-use-pch", "--use-pch", "-use_pch", "--use_p
 expect_repeats: contextvars.ContextVar[bool] = contextvars.ContextVar("kjit_pch_repeats", default=False)
 
 _lock = threading.Lock()
-_counts = {"created": 0, "used": 0, "failed": 0, "rejected": 0, "stale": 0, "evicted": 0}
+_counts = {"created": 0, "used": 0, "failed": 0, "rejected": 0, "stale": 0, "evicted": 0,
+           "damaged": 0, "no_space": 0}
+SPACE_MARGIN = 64 << 20  # free space kept beyond what NVRTC's PCH heap and file can take
+FORK_WAIT_S = 120.0      # the longest a fork waits for a compile in flight
 _seen: dict[str, int] = {}          # compiles per prologue key in this process
 _entries: dict[str, "_Pch"] = {}
 _bad: set[str] = set()              # prologues whose PCH could not be built or was refused
@@ -64,7 +79,10 @@ def enabled() -> bool:
 def stats() -> dict[str, int]:
     """This process's counts: PCHs created, compiles that used one, PCHs that could not be
     built (failed), that NVRTC refused (rejected, compiled again without), dropped because
-    a header they were built from changed (stale) or to make room for another (evicted)."""
+    a header they were built from changed (stale) or to make room for another (evicted),
+    whose file was no longer the one written (damaged: truncated or replaced; built again
+    at the next compile), and compiles that ran without one because the temporary
+    directory had too little room for it (no_space)."""
     with _lock:
         return dict(_counts)
 
@@ -129,13 +147,19 @@ def _key(prologue_text: str, name: str, flags: Sequence[str], headers: dict) -> 
 
 # --- the PCHs ----------------------------------------------------------------------------------
 class _Pch:
-    __slots__ = ("path", "snapshot", "obs", "users", "used", "retired")
+    __slots__ = ("path", "snapshot", "obs", "users", "used", "retired", "ident")
 
     def __init__(self, path: str, snapshot: Any, obs: Any):
         self.path, self.snapshot, self.obs = path, snapshot, obs
         self.users = 0
         self.used = 0.0
         self.retired = False
+        self.ident = _ident(path)
+
+    def intact(self) -> bool:
+        """The file is the one NVRTC wrote: NVRTC maps it, so one cut short ends the process
+        (SIGBUS), and one replaced may be another compile's."""
+        return self.ident is not None and _ident(self.path) == self.ident
 
     def holds(self) -> bool:
         """The files it was built from are unchanged (contents; a stat change is re-read)."""
@@ -199,7 +223,19 @@ class Use:
 def attempt(source: str, name: str, flags: Sequence[str], headers: dict,
             anchored: tuple[str, ...]) -> Iterator[Use | None]:
     """Around one NVRTC compile: a Use where a PCH serves it (built now if this is where it
-    pays), else None."""
+    pays), else None. A fork waits for the compiles inside (see _Gate)."""
+    gate = _gate
+    gate.enter()
+    try:
+        with _used(source, name, flags, headers, anchored) as use:
+            yield use
+    finally:
+        gate.leave()
+
+
+@contextlib.contextmanager
+def _used(source: str, name: str, flags: Sequence[str], headers: dict,
+          anchored: tuple[str, ...]) -> Iterator[Use | None]:
     try:
         use = _use(source, name, flags, headers, anchored)
     except Exception as exc:  # a PCH is only ever a shortcut: the compile goes on without one,
@@ -235,6 +271,10 @@ def _use(source: str, name: str, flags: Sequence[str], headers: dict,
             _seen.clear()
         _seen[key] = seen + 1
         ent = _entries.get(key)
+        if ent is not None and not ent.intact():
+            _counts["damaged"] += 1   # this compile runs without it; the next builds it again
+            _retire(key)
+            return None
         if ent is not None and not ent.holds():
             _counts["stale"] += 1
             _retire(key)
@@ -243,10 +283,16 @@ def _use(source: str, name: str, flags: Sequence[str], headers: dict,
         if ent is None:
             if key in _bad or key in _evicted or (seen == 0 and not expect_repeats.get()):
                 return None
+            if not _room(building=True):
+                _counts["no_space"] += 1   # tried again at the next compile
+                return None
             ent = _build(key, text, name, flags, headers, anchored)
             if ent is None:
                 return None
             created = True
+        elif not _room(building=False):
+            _counts["no_space"] += 1
+            return None
         ent.users += 1
         ent.used = time.monotonic()
         return Use(ent, name, created)
@@ -322,6 +368,49 @@ def _compile_prologue(text: str, name: str, flags: list, headers: dict,
         nvrtc.nvrtcDestroyProgram(prog)
 
 
+def _ident(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def nvrtc_temp_dir() -> str:
+    """Where NVRTC puts the file behind a PCH compile's heap: $TMPDIR, else /tmp (not
+    Python's choice, which also reads TMP and TEMP)."""
+    return os.environ.get("TMPDIR") or "/tmp"
+
+
+def free_bytes(path: str) -> int:
+    """Bytes this user may still write on `path`'s file system."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _room(building: bool) -> bool:
+    """Whether NVRTC has room for a PCH compile: the heap's file (sparse, at most the heap's
+    size) in its temporary directory, and, when building, the PCH (at most the heap's size)
+    in ours; both with SPACE_MARGIN to spare. NVRTC does not check its writes: where they
+    fail it maps pages past the end of the file and the process dies of SIGBUS."""
+    heap = max(_state["heap"], HEAP_MIN)
+    need: dict[int, list] = {}   # file system -> [bytes needed, a directory on it]
+    places = [(nvrtc_temp_dir(), heap + SPACE_MARGIN)]
+    if building:
+        import tempfile
+        places.append((_state["dir"] or tempfile.gettempdir(), heap))
+    for path, n in places:
+        try:
+            dev = os.stat(path).st_dev
+        except OSError:
+            continue   # NVRTC cannot make its file there: the compile says so, no SIGBUS
+        need.setdefault(dev, [0, path])[0] += n
+    try:
+        return all(free_bytes(path) >= n for n, path in need.values())
+    except OSError:
+        return False
+
+
 def _heap() -> int:
     """The PCH heap's size, raised to HEAP_MIN before the first PCH (resizing it later
     invalidates every PCH this process made)."""
@@ -383,7 +472,10 @@ def _private_dir() -> str | None:
         import tempfile
         try:
             base = tempfile.gettempdir()
-            _sweep(base)
+            try:
+                _sweep(base)
+            except Exception:  # others' leftovers: never a reason to go without PCHs
+                pass
             _state["dir"] = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-", dir=base)
             _state["pid"] = os.getpid()
         except OSError:
@@ -406,11 +498,68 @@ def cleanup() -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
+class _Gate:
+    """The NVRTC compiles in flight in this process, so that a fork can wait for them: NVRTC
+    holds a lock of its own while it compiles, and a child forked then would wait for it
+    forever at its first compile."""
+
+    def __init__(self, refuse: str | None = None) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.active: dict[int, int] = {}   # thread -> compiles in flight
+        self.forking = False
+        self.refuse = refuse
+        self.in_flight = 0
+
+    def enter(self) -> None:
+        if self.refuse:
+            from ..errors import KjitError
+            raise KjitError(self.refuse)
+        me = threading.get_ident()
+        with self.cond:
+            while self.forking and me not in self.active:
+                self.cond.wait()
+            self.active[me] = self.active.get(me, 0) + 1
+
+    def leave(self) -> None:
+        me = threading.get_ident()
+        with self.cond:
+            n = self.active.pop(me) - 1
+            if n:
+                self.active[me] = n
+            self.cond.notify_all()
+
+    def before_fork(self) -> None:
+        """Hold new compiles back and wait for those of other threads (FORK_WAIT_S at most;
+        the forking thread's own cannot end before the fork)."""
+        me = threading.get_ident()
+        with self.cond:
+            self.forking = True
+            self.cond.wait_for(lambda: not any(t != me for t in self.active), FORK_WAIT_S)
+            self.in_flight = sum(self.active.values())
+
+    def after_fork_in_parent(self) -> None:
+        with self.cond:
+            self.forking = False
+            self.cond.notify_all()
+
+
+_gate = _Gate()
+
+
 def _forget_in_child() -> None:
     """A forked child starts without PCHs: its parent's directory and files stay the
     parent's (the child's exit must not remove them), and a lock another thread held at the
-    fork is never released in the child."""
-    global _lock
+    fork is never released in the child. Where an NVRTC compile was still running at the
+    fork, NVRTC's own lock stays held in the child: it refuses to compile, saying why."""
+    global _lock, _gate
+    refuse = None
+    if _gate.in_flight:
+        refuse = (f"this process was forked (pid {os.getpid()}) while its parent was compiling "
+                  "with NVRTC in another thread, and NVRTC's lock stays held in a forked child: "
+                  "it cannot compile here. Fork before compiling starts or after it ends, "
+                  "compile in the parent, or start processes with multiprocessing's 'spawn' or "
+                  "'forkserver' method")
+    _gate = _Gate(refuse)
     _lock = threading.Lock()
     _state.pop("off", None)
     _state["dir"] = None
@@ -418,7 +567,12 @@ def _forget_in_child() -> None:
     _seen.clear()
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+os.register_at_fork(before=lambda: _gate.before_fork(),
+                    after_in_parent=lambda: _gate.after_fork_in_parent(),
+                    after_in_child=_forget_in_child)
+
+
+_PID_LIMIT = 1 << 22   # Linux's largest pid (PID_MAX_LIMIT): a name above it has no process
 
 
 def _sweep(base: str) -> None:
@@ -433,10 +587,13 @@ def _sweep(base: str) -> None:
         pid = n[len(_DIR_PREFIX):].split("-", 1)[0]
         path = os.path.join(base, n)
         try:
-            if not pid.isdigit() or os.lstat(path).st_uid != uid:
+            if not pid.isascii() or not pid.isdigit() or os.lstat(path).st_uid != uid:
                 continue
-            os.kill(int(pid), 0)
+            if 0 < int(pid) < _PID_LIMIT:
+                os.kill(int(pid), 0)
+                continue   # its process lives
         except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
+            pass
         except OSError:
             continue
+        shutil.rmtree(path, ignore_errors=True)   # its process is gone, or never was one
