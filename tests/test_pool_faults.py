@@ -204,8 +204,8 @@ def test_fork_while_another_thread_compiles_gives_a_child_that_compiles(tmp_path
 def test_a_child_forked_from_inside_a_compile_refuses_to_compile_with_nvrtc(monkeypatch):
     """Where a compile is still in flight at the fork (here: the forking thread's own), the
     child says why it cannot compile, instead of waiting forever for NVRTC's lock."""
-    from kjit.compiler import pch
-    gate = pch._gate
+    from kjit.compiler import forkgate
+    gate = forkgate._gate
     gate.enter()                       # as if this thread were inside an NVRTC compile
     try:
         pid = os.fork()

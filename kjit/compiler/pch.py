@@ -20,20 +20,13 @@ PCH whose files changed is dropped and built again. A PCH that cannot be built (
 an error, diagnostics the later compiles would not repeat, the heap too small twice) or
 that NVRTC refuses is counted and the compile runs without it; never an error.
 
-Faults: NVRTC backs a PCH compile's heap with a sparse file in $TMPDIR and maps the PCH file
-itself, so a full disk or a PCH file cut short would end the process with SIGBUS. Before
-building a PCH (and before each use) the free space is checked (a PCH can grow to the heap's
-size); where it is short the compile runs without one (counted: "no_space"). A PCH file that
-is not the one written (its size, inode or times changed: truncated, replaced) is never
-given to NVRTC: that compile runs without it (counted: "damaged") and the next builds it
-again.
+Faults (pch_files.py): a PCH is built or used only where the temporary directories have
+room for it, and only while its file is the one NVRTC wrote (NVRTC maps it: SIGBUS
+otherwise); else the compile runs without one, counted, and a damaged one is built again.
+A fork waits for the compiles in flight (forkgate.py).
 
-Fork: NVRTC holds a lock of its own during a compile that a forked child would never see
-released, so a fork waits (FORK_WAIT_S at most) for the compiles in flight here to finish;
-a child forked while one still ran refuses to compile with NVRTC, saying why.
-
-`KJIT_PCH=0` (or off, false, no) turns PCHs off. stats() gives this process's counts; a compile that used a PCH
-has `metadata["pch"]` ("created" where it built it, else "used").
+`KJIT_PCH=0` (off, false, no) turns PCHs off. stats() gives this process's counts; a
+compile that used a PCH has `metadata["pch"]` ("created" where it built it, else "used").
 """
 from __future__ import annotations
 
@@ -45,6 +38,8 @@ import os
 import threading
 import time
 from typing import Any, Iterator, Sequence
+
+from . import pch_files
 
 ENV = "KJIT_PCH"
 HEAP_MIN = 512 << 20     # CCCL needs ~336 MB; NVRTC's default (256 MB) only warns when short
@@ -61,8 +56,6 @@ expect_repeats: contextvars.ContextVar[bool] = contextvars.ContextVar("kjit_pch_
 _lock = threading.Lock()
 _counts = {"created": 0, "used": 0, "failed": 0, "rejected": 0, "stale": 0, "evicted": 0,
            "damaged": 0, "no_space": 0}
-SPACE_MARGIN = 64 << 20  # free space kept beyond what NVRTC's PCH heap and file can take
-FORK_WAIT_S = 120.0      # the longest a fork waits for a compile in flight
 _seen: dict[str, int] = {}          # compiles per prologue key in this process
 _entries: dict[str, "_Pch"] = {}
 _bad: set[str] = set()              # prologues whose PCH could not be built or was refused
@@ -79,10 +72,9 @@ def enabled() -> bool:
 def stats() -> dict[str, int]:
     """This process's counts: PCHs created, compiles that used one, PCHs that could not be
     built (failed), that NVRTC refused (rejected, compiled again without), dropped because
-    a header they were built from changed (stale) or to make room for another (evicted),
-    whose file was no longer the one written (damaged: truncated or replaced; built again
-    at the next compile), and compiles that ran without one because the temporary
-    directory had too little room for it (no_space)."""
+    a header they were built from changed (stale), to make room for another (evicted), or
+    as their file was cut short or replaced (damaged: built again), and compiles without
+    one for want of room in the temporary directory (no_space)."""
     with _lock:
         return dict(_counts)
 
@@ -154,12 +146,11 @@ class _Pch:
         self.users = 0
         self.used = 0.0
         self.retired = False
-        self.ident = _ident(path)
+        self.ident = pch_files.ident(path)
 
     def intact(self) -> bool:
-        """The file is the one NVRTC wrote: NVRTC maps it, so one cut short ends the process
-        (SIGBUS), and one replaced may be another compile's."""
-        return self.ident is not None and _ident(self.path) == self.ident
+        """The file is the one NVRTC wrote (NVRTC maps it: one cut short ends the process)."""
+        return self.ident is not None and pch_files.ident(self.path) == self.ident
 
     def holds(self) -> bool:
         """The files it was built from are unchanged (contents; a stat change is re-read)."""
@@ -223,34 +214,24 @@ class Use:
 def attempt(source: str, name: str, flags: Sequence[str], headers: dict,
             anchored: tuple[str, ...]) -> Iterator[Use | None]:
     """Around one NVRTC compile: a Use where a PCH serves it (built now if this is where it
-    pays), else None. A fork waits for the compiles inside (see _Gate)."""
-    gate = _gate
-    gate.enter()
-    try:
-        with _used(source, name, flags, headers, anchored) as use:
+    pays), else None. A fork waits for the compiles inside (forkgate.py)."""
+    from .forkgate import compiling
+    with compiling():
+        try:
+            use = _use(source, name, flags, headers, anchored)
+        except Exception as exc:  # a PCH is only a shortcut: the compile goes on without one,
+            with _lock:           # and later ones do not try (bindings without the PCH calls)
+                _counts["failed"] += 1
+                _state["off"] = f"{type(exc).__name__}: {exc}"
+            use = None
+        try:
             yield use
-    finally:
-        gate.leave()
-
-
-@contextlib.contextmanager
-def _used(source: str, name: str, flags: Sequence[str], headers: dict,
-          anchored: tuple[str, ...]) -> Iterator[Use | None]:
-    try:
-        use = _use(source, name, flags, headers, anchored)
-    except Exception as exc:  # a PCH is only ever a shortcut: the compile goes on without one,
-        with _lock:           # and later ones do not try again (bindings without the PCH calls)
-            _counts["failed"] += 1
-            _state["off"] = f"{type(exc).__name__}: {exc}"
-        use = None
-    try:
-        yield use
-    finally:
-        if use is not None:
-            with _lock:
-                use.pch.users -= 1
-                if use.pch.retired and use.pch.users == 0:
-                    _remove(use.pch.path)
+        finally:
+            if use is not None:
+                with _lock:
+                    use.pch.users -= 1
+                    if use.pch.retired and use.pch.users == 0:
+                        _remove(use.pch.path)
 
 
 def _use(source: str, name: str, flags: Sequence[str], headers: dict,
@@ -368,47 +349,8 @@ def _compile_prologue(text: str, name: str, flags: list, headers: dict,
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def _ident(path: str) -> tuple | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def nvrtc_temp_dir() -> str:
-    """Where NVRTC puts the file behind a PCH compile's heap: $TMPDIR, else /tmp (not
-    Python's choice, which also reads TMP and TEMP)."""
-    return os.environ.get("TMPDIR") or "/tmp"
-
-
-def free_bytes(path: str) -> int:
-    """Bytes this user may still write on `path`'s file system."""
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
 def _room(building: bool) -> bool:
-    """Whether NVRTC has room for a PCH compile: the heap's file (sparse, at most the heap's
-    size) in its temporary directory, and, when building, the PCH (at most the heap's size)
-    in ours; both with SPACE_MARGIN to spare. NVRTC does not check its writes: where they
-    fail it maps pages past the end of the file and the process dies of SIGBUS."""
-    heap = max(_state["heap"], HEAP_MIN)
-    need: dict[int, list] = {}   # file system -> [bytes needed, a directory on it]
-    places = [(nvrtc_temp_dir(), heap + SPACE_MARGIN)]
-    if building:
-        import tempfile
-        places.append((_state["dir"] or tempfile.gettempdir(), heap))
-    for path, n in places:
-        try:
-            dev = os.stat(path).st_dev
-        except OSError:
-            continue   # NVRTC cannot make its file there: the compile says so, no SIGBUS
-        need.setdefault(dev, [0, path])[0] += n
-    try:
-        return all(free_bytes(path) >= n for n, path in need.values())
-    except OSError:
-        return False
+    return pch_files.room(max(_state["heap"], HEAP_MIN), _state["dir"], building)
 
 
 def _heap() -> int:
@@ -469,15 +411,8 @@ def _remove(path: str) -> None:
 # --- the private directory ---------------------------------------------------------------------
 def _private_dir() -> str | None:
     if _state["dir"] is None:
-        import tempfile
         try:
-            base = tempfile.gettempdir()
-            try:
-                _sweep(base)
-            except Exception:  # others' leftovers: never a reason to go without PCHs
-                pass
-            _state["dir"] = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-", dir=base)
-            _state["pid"] = os.getpid()
+            _state["dir"], _state["pid"] = pch_files.make_dir(_DIR_PREFIX), os.getpid()
         except OSError:
             return None
         atexit.register(cleanup)
@@ -498,68 +433,11 @@ def cleanup() -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-class _Gate:
-    """The NVRTC compiles in flight in this process, so that a fork can wait for them: NVRTC
-    holds a lock of its own while it compiles, and a child forked then would wait for it
-    forever at its first compile."""
-
-    def __init__(self, refuse: str | None = None) -> None:
-        self.cond = threading.Condition(threading.Lock())
-        self.active: dict[int, int] = {}   # thread -> compiles in flight
-        self.forking = False
-        self.refuse = refuse
-        self.in_flight = 0
-
-    def enter(self) -> None:
-        if self.refuse:
-            from ..errors import KjitError
-            raise KjitError(self.refuse)
-        me = threading.get_ident()
-        with self.cond:
-            while self.forking and me not in self.active:
-                self.cond.wait()
-            self.active[me] = self.active.get(me, 0) + 1
-
-    def leave(self) -> None:
-        me = threading.get_ident()
-        with self.cond:
-            n = self.active.pop(me) - 1
-            if n:
-                self.active[me] = n
-            self.cond.notify_all()
-
-    def before_fork(self) -> None:
-        """Hold new compiles back and wait for those of other threads (FORK_WAIT_S at most;
-        the forking thread's own cannot end before the fork)."""
-        me = threading.get_ident()
-        with self.cond:
-            self.forking = True
-            self.cond.wait_for(lambda: not any(t != me for t in self.active), FORK_WAIT_S)
-            self.in_flight = sum(self.active.values())
-
-    def after_fork_in_parent(self) -> None:
-        with self.cond:
-            self.forking = False
-            self.cond.notify_all()
-
-
-_gate = _Gate()
-
-
 def _forget_in_child() -> None:
     """A forked child starts without PCHs: its parent's directory and files stay the
     parent's (the child's exit must not remove them), and a lock another thread held at the
-    fork is never released in the child. Where an NVRTC compile was still running at the
-    fork, NVRTC's own lock stays held in the child: it refuses to compile, saying why."""
-    global _lock, _gate
-    refuse = None
-    if _gate.in_flight:
-        refuse = (f"this process was forked (pid {os.getpid()}) while its parent was compiling "
-                  "with NVRTC in another thread, and NVRTC's lock stays held in a forked child: "
-                  "it cannot compile here. Fork before compiling starts or after it ends, "
-                  "compile in the parent, or start processes with multiprocessing's 'spawn' or "
-                  "'forkserver' method")
-    _gate = _Gate(refuse)
+    fork is never released in the child."""
+    global _lock
     _lock = threading.Lock()
     _state.pop("off", None)
     _state["dir"] = None
@@ -567,33 +445,4 @@ def _forget_in_child() -> None:
     _seen.clear()
 
 
-os.register_at_fork(before=lambda: _gate.before_fork(),
-                    after_in_parent=lambda: _gate.after_fork_in_parent(),
-                    after_in_child=_forget_in_child)
-
-
-_PID_LIMIT = 1 << 22   # Linux's largest pid (PID_MAX_LIMIT): a name above it has no process
-
-
-def _sweep(base: str) -> None:
-    """Remove PCH directories of this user's processes that are gone (killed before exit)."""
-    import shutil
-    uid = os.getuid()
-    try:
-        names = [n for n in os.listdir(base) if n.startswith(_DIR_PREFIX)]
-    except OSError:
-        return
-    for n in names:
-        pid = n[len(_DIR_PREFIX):].split("-", 1)[0]
-        path = os.path.join(base, n)
-        try:
-            if not pid.isascii() or not pid.isdigit() or os.lstat(path).st_uid != uid:
-                continue
-            if 0 < int(pid) < _PID_LIMIT:
-                os.kill(int(pid), 0)
-                continue   # its process lives
-        except ProcessLookupError:
-            pass
-        except OSError:
-            continue
-        shutil.rmtree(path, ignore_errors=True)   # its process is gone, or never was one
+os.register_at_fork(after_in_child=_forget_in_child)

@@ -206,6 +206,9 @@ class _Worker:
         self.err.close()
 
 
+_TRIES = 8   # workers an item is offered to when each is found dead before it is sent
+
+
 class Pool:
     """Worker processes kept between batches; `run` lends them to one batch at a time."""
 
@@ -249,7 +252,7 @@ class Pool:
                         jobs.put(None)   # for the other threads
                         return
                     i, request = job
-                    for _ in range(2):
+                    for _ in range(_TRIES):
                         try:
                             if w is None:
                                 w = self._take()
@@ -257,7 +260,7 @@ class Pool:
                         except WorkerDied as exc:
                             reply, w = _held(exc, i, request), None
                             if not exc.sent:
-                                continue   # the item never reached it: a new worker gets it
+                                continue   # the item never reached it: another worker gets it
                         except KjitError as exc:
                             reply, w = exc, None
                         except Exception as exc:  # never lose an item: it gets the error
