@@ -38,7 +38,9 @@ def compile_many(sources: Iterable[Any], *, arch: Any = None, target: str | None
     process may run on); 1 compiles everything in this process. Workers stay
     $KJIT_COMPILE_POOL_IDLE seconds (default 30) for the next batch and end with this process.
     errors: "raise" (default) compiles every item, then raises the first failing item's
-    error (CompileError...); "return" puts each failing item's exception in its place.
+    error (CompileError...); "return" puts each failing item's exception in its place. A
+    worker that dies (a signal) fails the item it held, with a KjitError naming the item and
+    the signal (pool.WorkerDied); the other items still compile.
     progress: None shows a bar on a terminal (stderr) once a batch has run 2 s; False
     never, True always on a terminal; a callable gets (done, total) after each item.
     """

@@ -20,8 +20,13 @@ PCH whose files changed is dropped and built again. A PCH that cannot be built (
 an error, diagnostics the later compiles would not repeat, the heap too small twice) or
 that NVRTC refuses is counted and the compile runs without it; never an error.
 
-`KJIT_PCH=0` turns this off. stats() gives this process's counts; a compile that used a PCH
-has `metadata["pch"]` ("created" where it built it, else "used").
+Faults (pch_files.py): a PCH is built or used only where the temporary directories have
+room for it, and only while its file is the one NVRTC wrote (NVRTC maps it: SIGBUS
+otherwise); else the compile runs without one, counted, and a damaged one is built again.
+A fork waits for the compiles in flight (forkgate.py).
+
+`KJIT_PCH=0` (off, false, no) turns PCHs off. stats() gives this process's counts; a
+compile that used a PCH has `metadata["pch"]` ("created" where it built it, else "used").
 """
 from __future__ import annotations
 
@@ -33,6 +38,8 @@ import os
 import threading
 import time
 from typing import Any, Iterator, Sequence
+
+from . import pch_files
 
 ENV = "KJIT_PCH"
 HEAP_MIN = 512 << 20     # CCCL needs ~336 MB; NVRTC's default (256 MB) only warns when short
@@ -47,7 +54,8 @@ _FLAG_PREFIXES = ("-pch", "--pch", "-use-pch", "--use-pch", "-use_pch", "--use_p
 expect_repeats: contextvars.ContextVar[bool] = contextvars.ContextVar("kjit_pch_repeats", default=False)
 
 _lock = threading.Lock()
-_counts = {"created": 0, "used": 0, "failed": 0, "rejected": 0, "stale": 0, "evicted": 0}
+_counts = {"created": 0, "used": 0, "failed": 0, "rejected": 0, "stale": 0, "evicted": 0,
+           "damaged": 0, "no_space": 0}
 _seen: dict[str, int] = {}          # compiles per prologue key in this process
 _entries: dict[str, "_Pch"] = {}
 _bad: set[str] = set()              # prologues whose PCH could not be built or was refused
@@ -64,7 +72,9 @@ def enabled() -> bool:
 def stats() -> dict[str, int]:
     """This process's counts: PCHs created, compiles that used one, PCHs that could not be
     built (failed), that NVRTC refused (rejected, compiled again without), dropped because
-    a header they were built from changed (stale) or to make room for another (evicted)."""
+    a header they were built from changed (stale), to make room for another (evicted), or
+    as their file was cut short or replaced (damaged: built again), and compiles without
+    one for want of room in the temporary directory (no_space)."""
     with _lock:
         return dict(_counts)
 
@@ -129,13 +139,18 @@ def _key(prologue_text: str, name: str, flags: Sequence[str], headers: dict) -> 
 
 # --- the PCHs ----------------------------------------------------------------------------------
 class _Pch:
-    __slots__ = ("path", "snapshot", "obs", "users", "used", "retired")
+    __slots__ = ("path", "snapshot", "obs", "users", "used", "retired", "ident")
 
     def __init__(self, path: str, snapshot: Any, obs: Any):
         self.path, self.snapshot, self.obs = path, snapshot, obs
         self.users = 0
         self.used = 0.0
         self.retired = False
+        self.ident = pch_files.ident(path)
+
+    def intact(self) -> bool:
+        """The file is the one NVRTC wrote (NVRTC maps it: one cut short ends the process)."""
+        return self.ident is not None and pch_files.ident(self.path) == self.ident
 
     def holds(self) -> bool:
         """The files it was built from are unchanged (contents; a stat change is re-read)."""
@@ -199,22 +214,24 @@ class Use:
 def attempt(source: str, name: str, flags: Sequence[str], headers: dict,
             anchored: tuple[str, ...]) -> Iterator[Use | None]:
     """Around one NVRTC compile: a Use where a PCH serves it (built now if this is where it
-    pays), else None."""
-    try:
-        use = _use(source, name, flags, headers, anchored)
-    except Exception as exc:  # a PCH is only ever a shortcut: the compile goes on without one,
-        with _lock:           # and later ones do not try again (bindings without the PCH calls)
-            _counts["failed"] += 1
-            _state["off"] = f"{type(exc).__name__}: {exc}"
-        use = None
-    try:
-        yield use
-    finally:
-        if use is not None:
-            with _lock:
-                use.pch.users -= 1
-                if use.pch.retired and use.pch.users == 0:
-                    _remove(use.pch.path)
+    pays), else None. A fork waits for the compiles inside (forkgate.py)."""
+    from .forkgate import compiling
+    with compiling():
+        try:
+            use = _use(source, name, flags, headers, anchored)
+        except Exception as exc:  # a PCH is only a shortcut: the compile goes on without one,
+            with _lock:           # and later ones do not try (bindings without the PCH calls)
+                _counts["failed"] += 1
+                _state["off"] = f"{type(exc).__name__}: {exc}"
+            use = None
+        try:
+            yield use
+        finally:
+            if use is not None:
+                with _lock:
+                    use.pch.users -= 1
+                    if use.pch.retired and use.pch.users == 0:
+                        _remove(use.pch.path)
 
 
 def _use(source: str, name: str, flags: Sequence[str], headers: dict,
@@ -235,6 +252,10 @@ def _use(source: str, name: str, flags: Sequence[str], headers: dict,
             _seen.clear()
         _seen[key] = seen + 1
         ent = _entries.get(key)
+        if ent is not None and not ent.intact():
+            _counts["damaged"] += 1   # this compile runs without it; the next builds it again
+            _retire(key)
+            return None
         if ent is not None and not ent.holds():
             _counts["stale"] += 1
             _retire(key)
@@ -243,10 +264,16 @@ def _use(source: str, name: str, flags: Sequence[str], headers: dict,
         if ent is None:
             if key in _bad or key in _evicted or (seen == 0 and not expect_repeats.get()):
                 return None
+            if not _room(building=True):
+                _counts["no_space"] += 1   # tried again at the next compile
+                return None
             ent = _build(key, text, name, flags, headers, anchored)
             if ent is None:
                 return None
             created = True
+        elif not _room(building=False):
+            _counts["no_space"] += 1
+            return None
         ent.users += 1
         ent.used = time.monotonic()
         return Use(ent, name, created)
@@ -322,6 +349,10 @@ def _compile_prologue(text: str, name: str, flags: list, headers: dict,
         nvrtc.nvrtcDestroyProgram(prog)
 
 
+def _room(building: bool) -> bool:
+    return pch_files.room(max(_state["heap"], HEAP_MIN), _state["dir"], building)
+
+
 def _heap() -> int:
     """The PCH heap's size, raised to HEAP_MIN before the first PCH (resizing it later
     invalidates every PCH this process made)."""
@@ -380,12 +411,8 @@ def _remove(path: str) -> None:
 # --- the private directory ---------------------------------------------------------------------
 def _private_dir() -> str | None:
     if _state["dir"] is None:
-        import tempfile
         try:
-            base = tempfile.gettempdir()
-            _sweep(base)
-            _state["dir"] = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-", dir=base)
-            _state["pid"] = os.getpid()
+            _state["dir"], _state["pid"] = pch_files.make_dir(_DIR_PREFIX), os.getpid()
         except OSError:
             return None
         atexit.register(cleanup)
@@ -419,24 +446,3 @@ def _forget_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
-
-
-def _sweep(base: str) -> None:
-    """Remove PCH directories of this user's processes that are gone (killed before exit)."""
-    import shutil
-    uid = os.getuid()
-    try:
-        names = [n for n in os.listdir(base) if n.startswith(_DIR_PREFIX)]
-    except OSError:
-        return
-    for n in names:
-        pid = n[len(_DIR_PREFIX):].split("-", 1)[0]
-        path = os.path.join(base, n)
-        try:
-            if not pid.isdigit() or os.lstat(path).st_uid != uid:
-                continue
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-        except OSError:
-            continue

@@ -3,9 +3,14 @@
 NVRTC serialises compiles inside one process (another thread gains nothing: measured), so
 parallel compiles run in worker processes that speak JSON lines over pipes. A worker runs
 `kjit.compile` itself, so its results go through the same keys, per-key locks and disk cache
-as the parent's, and it imports the parent's kjit: it is started with the parent's kjit
-directory first on `sys.path` (never the working directory first, as `python -c` would put
-it) and refuses to serve if it found another.
+as the parent's, and it imports the parent's kjit: it is started isolated (`python -I`: no
+PYTHONPATH, no working directory, no user site, so no sitecustomize or module planted there
+runs before kjit), with the parent's kjit directory first on `sys.path`, and refuses to
+serve if it found another.
+
+A worker that dies (a signal, an exit) fails the item it held, with its signal and status,
+and no other: the batch goes on with a new worker. A fork of the parent leaves the pool's
+workers to the parent: the child starts its own.
 
 Workers stay for KJIT_COMPILE_POOL_IDLE (a duration, default 30 s) after their last compile, so a
 second batch does not pay for starting them again, and never outlive the parent: the end
@@ -31,11 +36,13 @@ from ..errors import InvalidOptionError, KjitError
 from ..settings import ENV_JOBS, ENV_POOL_IDLE as ENV_IDLE, compile_jobs, pool_idle  # noqa: F401  (ENV_JOBS: for callers)
 
 
-# The worker's first lines: the parent's sys.path replaces the worker's before kjit is
-# imported, so an older kjit in the working directory or on PYTHONPATH cannot win.
+# The worker's first lines, run by `python -I` (isolated: PYTHONPATH, PYTHONSTARTUP, the
+# working directory and the user's site directory are not on its path, so nothing planted
+# there runs first): the parent's sys.path replaces the worker's before kjit is imported.
 _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
          "from kjit.compiler.worker import worker_main; "
          "worker_main(sys.argv[2], int(sys.argv[3]), sys.argv[4] == 'once')")
+_ISOLATED = "-I"
 
 
 def compile_isolated(request: str) -> dict:
@@ -73,11 +80,13 @@ def kjit_dir() -> Path:
 
 def worker_path() -> list[str]:
     """The sys.path a worker starts with: the directory holding this process's kjit first,
-    then this process's own path with relative entries made absolute."""
+    then this process's own absolute entries, then its relative ones ('' is the working
+    directory) made absolute: a package in the working directory never comes before an
+    installed one."""
     cwd = os.getcwd()
     path = [str(kjit_dir().parent)]
-    for p in sys.path:
-        p = os.path.join(cwd, p) if not os.path.isabs(p or "") else p
+    relative = [os.path.join(cwd, p) for p in sys.path if not os.path.isabs(p or "")]
+    for p in [p for p in sys.path if os.path.isabs(p or "")] + relative:
         if p not in path:
             path.append(p)
     return path
@@ -87,6 +96,29 @@ def _surroundings() -> tuple:
     return dict(os.environ), os.getcwd()
 
 
+class WorkerDied(KjitError):
+    """A compile worker ended (a signal, an exit) before it answered."""
+
+    def __init__(self, message: str, pid: int, returncode: int | None, sent: bool = True):
+        super().__init__(message)
+        self.pid, self.returncode, self.sent = pid, returncode, sent
+
+    @property
+    def signal(self) -> str | None:
+        """The signal's name (SIGKILL, SIGSEGV...) where a signal ended the worker."""
+        return _signal_name(self.returncode)
+
+
+def _signal_name(returncode: int | None) -> str | None:
+    if returncode is None or returncode >= 0:
+        return None
+    import signal
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
 class _Worker:
     """One worker process and the pipes to it."""
 
@@ -94,12 +126,13 @@ class _Worker:
         self.err = tempfile.TemporaryFile()
         self.idle = idle_timeout()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, json.dumps(worker_path()), str(kjit_dir()),
+            [sys.executable, _ISOLATED, "-c", _BOOT, json.dumps(worker_path()), str(kjit_dir()),
              str(os.getpid()), "once" if isolated else "pool"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self.err, env=dict(os.environ, **{ENV_IDLE: str(self.idle)}))
         self.greeted = False
         self.last_used = time.monotonic()
         self.started_in = _surroundings()
+        self.owner = os.getpid()
 
     def usable(self) -> bool:
         """Alive, not about to leave (a margin below its own idle timeout, so it never exits
@@ -108,32 +141,54 @@ class _Worker:
         return (self.proc.poll() is None and time.monotonic() - self.last_used < self.idle - 0.4
                 and self.started_in == _surroundings())
 
-    def ask(self, request: str) -> dict:
-        """Send one request line, return the reply; KjitError if the worker is gone."""
+    def ask(self, request: str, item: str = "a compile") -> dict:
+        """Send one request line, return the reply. WorkerDied if the worker ended before it
+        answered (the request may or may not have reached it), KjitError if it is another
+        kjit's."""
         try:
             if not self.greeted:
-                hello = self._line()
+                hello = self._line("starting")
                 if hello.get("kjit") != str(kjit_dir()):
+                    self.close()
                     raise KjitError(f"a compile worker imported kjit from {hello.get('kjit')}, "
                                     f"not {kjit_dir()}: {hello.get('error', '')}".rstrip(": "))
                 self.greeted = True
-            self.proc.stdin.write(request.encode() + b"\n")
-            self.proc.stdin.flush()
-            return self._line()
+            try:
+                self.proc.stdin.write(request.encode() + b"\n")
+                self.proc.stdin.flush()
+            except OSError:   # gone before it read the request: not the item's doing
+                raise self._died(f"{item} was sent to it", sent=False) from None
+            return self._line("compiling " + item)
         finally:
             self.last_used = time.monotonic()
 
-    def _line(self) -> dict:
+    def _line(self, doing: str) -> dict:
         line = self.proc.stdout.readline()
-        if not line:
-            self.close()
+        try:
+            if line.endswith(b"\n"):
+                return json.loads(line)
+        except ValueError:
+            pass
+        raise self._died(doing)   # no line, or half of one: it ended while writing
+
+    def _died(self, doing: str, sent: bool = True) -> WorkerDied:
+        """The worker's end, in words: its signal or status and the last of its stderr."""
+        self._stop()
+        text = ""
+        try:
             self.err.seek(0)
             text = self.err.read().decode("utf-8", "replace").strip()
-            raise KjitError(f"a kjit compile worker exited (status {self.proc.returncode}): "
-                            f"{text[-2000:] or 'no output'}")
-        return json.loads(line)
+        except (OSError, ValueError):
+            pass
+        self.err.close()
+        code = self.proc.returncode
+        sig = _signal_name(code)
+        how = f"was killed by {sig} (status {code})" if sig else f"exited with status {code}"
+        when = f"while {doing}" if sent else f"before {doing}"
+        return WorkerDied(f"kjit compile worker {self.proc.pid} {how} {when}: "
+                          f"{text[-2000:] or 'no output'}", self.proc.pid, code, sent)
 
-    def close(self) -> None:
+    def _stop(self) -> None:
         try:
             self.proc.stdin.close()
         except OSError:
@@ -143,7 +198,15 @@ class _Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+    def close(self) -> None:
+        if self.owner != os.getpid():   # a forked child's copy: the parent's worker, left alone
+            return
+        self._stop()
         self.err.close()
+
+
+_TRIES = 8   # workers an item is offered to when each is found dead before it is sent
 
 
 class Pool:
@@ -153,6 +216,7 @@ class Pool:
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
         self.started = 0   # workers ever started (tests and benchmarks read it)
+        self.owner = os.getpid()
 
     def _take(self) -> _Worker:
         with self._lock:
@@ -176,7 +240,9 @@ class Pool:
             on_reply: Callable[[int, dict | BaseException], None]) -> list[threading.Thread]:
         """Serve `jobs` (index, request line; None ends the batch) with up to `workers`
         workers; on_reply(index, reply or exception) from the serving threads. Returns the
-        threads, to join."""
+        threads, to join. A worker that dies fails the item it held (WorkerDied, naming the
+        item, the signal and status) and is replaced for the items after it; one found dead
+        before it was sent an item is replaced and the item sent again."""
         def serve() -> None:
             w: _Worker | None = None
             try:
@@ -186,14 +252,20 @@ class Pool:
                         jobs.put(None)   # for the other threads
                         return
                     i, request = job
-                    try:
-                        if w is None:
-                            w = self._take()
-                        reply: dict | BaseException = w.ask(request)
-                    except KjitError as exc:
-                        reply, w = exc, None
-                    except Exception as exc:  # never lose an item: it gets the error
-                        reply, w = KjitError(f"compile worker: {type(exc).__name__}: {exc}"), None
+                    for _ in range(_TRIES):
+                        try:
+                            if w is None:
+                                w = self._take()
+                            reply: dict | BaseException = w.ask(request, f"item {i}")
+                        except WorkerDied as exc:
+                            reply, w = _held(exc, i, request), None
+                            if not exc.sent:
+                                continue   # the item never reached it: another worker gets it
+                        except KjitError as exc:
+                            reply, w = exc, None
+                        except Exception as exc:  # never lose an item: it gets the error
+                            reply, w = KjitError(f"compile worker: {type(exc).__name__}: {exc}"), None
+                        break
                     on_reply(i, reply)
             finally:
                 if w is not None:
@@ -206,10 +278,23 @@ class Pool:
         return threads
 
     def close(self) -> None:
+        if self.owner != os.getpid():   # a forked child's copy of its parent's pool
+            return
         with self._lock:
             idle, self._idle = self._idle, []
         for w in idle:
             w.close()
+
+
+def _held(exc: WorkerDied, i: int, request: str) -> WorkerDied:
+    """`exc` naming the item the worker held: its index and, where it has one, its name."""
+    try:
+        name = json.loads(request).get("name")
+    except ValueError:
+        name = None
+    what = f"compile_many item {i}" + (f" ({name})" if name else "")
+    return WorkerDied(f"{what}: {exc} (the batch's other items are compiled by other workers)",
+                      exc.pid, exc.returncode, exc.sent)
 
 
 _pool: Pool | None = None
@@ -219,10 +304,21 @@ _pool_lock = threading.Lock()
 def shared_pool() -> Pool:
     global _pool
     with _pool_lock:
-        if _pool is None:
+        if _pool is None or _pool.owner != os.getpid():
             _pool = Pool()
             atexit.register(_pool.close)
         return _pool
+
+
+def _forget_in_child() -> None:
+    """A forked child neither uses nor ends its parent's workers (their pipes are the
+    parent's, and a pool lock another thread held at the fork stays held): it starts its own."""
+    global _pool, _pool_lock
+    _pool_lock = threading.Lock()
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def jsonable(value: Any) -> Any:
