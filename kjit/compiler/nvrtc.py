@@ -68,7 +68,17 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
                    name_expressions: Sequence[str] = (), search: Any = None
                    ) -> tuple[bytes, str, dict[str, str], float]:
     """Compile with NVRTC. Returns (code, log, lowered names, milliseconds). `search`: the
-    compile's SearchPath (compiler/search.py): its in-memory headers and toolkit directories."""
+    compile's SearchPath (compiler/search.py): its in-memory headers and toolkit directories.
+    A fork waits for it, program made to program destroyed (forkgate.py)."""
+    from .forkgate import compiling
+    with compiling():
+        return _compile_source(source, name=name, arch=arch, target=target, options=options,
+                               name_expressions=name_expressions, search=search)
+
+
+def _compile_source(source: str, *, name: str, arch: str, target: str, options: CompileOptions,
+                    name_expressions: Sequence[str], search: Any
+                    ) -> tuple[bytes, str, dict[str, str], float]:
     if deferring.get():
         raise Deferred()
     from cuda.bindings import nvrtc
