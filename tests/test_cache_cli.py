@@ -77,11 +77,22 @@ def test_stats(filled):
     assert "hit rate   33.3%" in run("stats").output
 
 
-def test_clear(filled):
+def test_clear(filled, monkeypatch):
+    from kjit.cli import common
+    # no terminal to ask on (a script, CI), or --json: refused without --yes, nothing removed
+    res = CliRunner().invoke(cli, ["cache", "clear"])
+    assert res.exit_code == 2 and "pass --yes" in res.output and "no terminal" in res.output
+    res = CliRunner().invoke(cli, ["cache", "clear", "--json"])
+    assert res.exit_code == 2 and json.loads(res.output)["error"]["type"] == "UsageError"
+    assert len(jrun("ls")) == 2
+    # on a terminal it asks, saying what and where; declining removes nothing, exit 1, plainly
+    monkeypatch.setattr(common, "on_terminal", lambda: True)
     res = CliRunner().invoke(cli, ["cache", "clear"], input="n\n")
-    assert res.exit_code == 1 and len(jrun("ls")) == 2   # declined: nothing removed
+    assert res.exit_code == 1 and "nothing removed" in res.output
+    assert "every entry of the local cache in" in res.output and "interrupted" not in res.output
+    assert len(jrun("ls")) == 2
     assert run("clear", "--yes").output.strip() == "removed 2 entries"
-    assert jrun("clear") == {"removed": 0, "unreadable_removed": 0, "reset": False}
+    assert jrun("clear", "--yes") == {"removed": 0, "unreadable_removed": 0, "reset": False}
 
 
 def test_prune(filled):

@@ -39,9 +39,9 @@ def test_ls_show_and_clear(monkeypatch):
     assert code == 1 and "no tuning result has an ID starting with" in text
 
     assert len(json.loads(run("tune", "ls", "--kernel", "cal", "--json")[1])) == 2
-    code, out = run("tune", "clear", "--kernel", "nothing-like-it", "--json")
+    code, out = run("tune", "clear", "--kernel", "nothing-like-it", "--json", "--yes")
     assert (code, json.loads(out)) == (0, {"removed": 0})
-    code, out = run("tune", "clear", "--json")
+    code, out = run("tune", "clear", "--json", "--yes")
     assert (code, json.loads(out)) == (0, {"removed": 6})
     assert json.loads(run("tune", "ls", "--json")[1]) == []
     timer = FakeTimer()

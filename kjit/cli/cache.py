@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from . import cache_remote
-from .common import emit, fail, json_option, usage_errors
+from .common import confirm_removal, emit, fail, json_option, usage_errors, yes_option
 from .common import human_size as _size, timestamp as _when
 from ..errors import KjitError
 
@@ -133,15 +133,14 @@ def stats_cmd(remote: bool, as_json: bool) -> None:
 
 
 @cache_group.command("clear")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask (also implied by --json).")
+@yes_option
 @click.option("--remote", is_flag=True, help="Clear the remote (shared) cache instead, for every node.")
 @json_option
 def clear_cmd(yes: bool, remote: bool, as_json: bool) -> None:
-    """Remove every entry."""
+    """Remove every entry (asks first on a terminal; --yes elsewhere)."""
     if remote:
         return cache_remote.clear(yes, as_json)
-    if not (yes or as_json):
-        click.confirm(f"Remove every entry in {_api().path()}?", abort=True)
+    confirm_removal(f"every entry of the local cache in {_api().path()}", yes, as_json)
     from ..cache import admin
     try:
         r = admin.clear_report()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import emit, fail, json_option
+from .common import confirm_removal, emit, fail, json_option
 from .common import human_size as _size, timestamp as _when
 from ..errors import KjitError
 
@@ -74,9 +74,9 @@ def clear(yes: bool, as_json: bool) -> None:
         config = RemoteConfig.from_env()
     except KjitError as exc:
         raise fail(exc)
-    if not (yes or as_json) and config is not None:
-        click.confirm(f"Remove every entry under {config.prefix} in {config.display_url} "
-                      "(for every node that uses it)?", abort=True)
+    if config is not None:
+        confirm_removal(f"every entry under {config.prefix} in the shared tier at "
+                        f"{config.display_url}, for every node that uses it", yes, as_json)
     try:
         n = _ops().clear_remote()
     except KjitError as exc:

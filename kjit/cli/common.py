@@ -23,6 +23,30 @@ def usage_errors() -> Iterator[None]:
         raise click.UsageError(str(exc), click.get_current_context(silent=True)) from None
 
 
+yes_option = click.option("--yes", "-y", is_flag=True,
+                          help="Do not ask; needed where there is no terminal to ask on, and with --json.")
+
+
+def on_terminal() -> bool:
+    """Whether a person can be asked: stdin and stderr are terminals."""
+    import sys
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def confirm_removal(what: str, yes: bool, as_json: bool) -> None:
+    """Before a command removes `what` (saying what and where): ask on a terminal; with no
+    terminal, or with --json (whose output must stay JSON), refuse without --yes (exit 2).
+    Declining removes nothing, says so and exits 1."""
+    if yes:
+        return
+    if as_json or not on_terminal():
+        raise click.UsageError(f"this removes {what}; pass --yes to do it"
+                               + ("" if as_json else " (there is no terminal to ask on)"))
+    if not click.confirm(f"Remove {what}?", default=False, err=True):
+        click.echo("nothing removed", err=True)
+        raise SystemExit(1)
+
+
 def emit(data: Any, as_json: bool, text: Callable[[Any], str], *, err: bool = False) -> None:
     """Print `data` as JSON or as the text `text(data)` renders (on stderr with err=True,
     when the command's output bytes go to stdout). With --json, an object gains the

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import emit, fail, json_option
+from .common import confirm_removal, emit, fail, json_option, yes_option
 from ..errors import InvalidOptionError, KjitError
 
 
@@ -105,10 +105,20 @@ def show_cmd(ident: str, as_json: bool) -> None:
 
 @tune_group.command("clear")
 @click.option("--kernel", "-k", help="Only the results of kernels whose name contains this.")
+@yes_option
 @json_option
-def clear_cmd(kernel: str | None, as_json: bool) -> None:
+def clear_cmd(kernel: str | None, yes: bool, as_json: bool) -> None:
     """Delete tuning results (also from the shared tier when one is configured): the next
-    launch times its configurations again."""
+    launch times its configurations again. Asks first on a terminal; --yes elsewhere."""
+    from ..cache.remote import RemoteConfig
+    try:
+        shared = RemoteConfig.from_env()
+    except KjitError:
+        shared = None
+    which = f"of kernels whose name contains {kernel!r}" if kernel else "of every kernel"
+    where = "the local cache" + (f" and the shared tier at {shared.display_url} (every node's)"
+                                 if shared is not None else "")
+    confirm_removal(f"the tuning results {which} from {where}", yes, as_json)
     try:
         n = _store().clear(kernel)
     except KjitError as exc:
