@@ -67,7 +67,7 @@ def test_show(filled, saxpy_src):
 
 def test_show_bad_keys(filled):
     assert "no cache entry" in run("show", "ffff0000", code=1).output
-    assert "hex digits" in run("show", "zz", code=1).output
+    assert "hex digits" in run("show", "zz", code=2).output
 
 
 def test_stats(filled):

@@ -203,3 +203,26 @@ def test_info_lists_devices():
     assert set(dev) == {"index", "name", "arch", "memory_bytes"}
     major, minor = driver.compute_capability(0)
     assert dev["arch"] == f"sm_{major}{minor}" and dev["memory_bytes"] > 2**30
+
+
+def test_argument_errors_speak_shell_and_point_to_the_command_meant(tmp_path, monkeypatch):
+    """A shell user's first mistakes: a virtual arch for a cubin (add --emit ptx), several
+    archs for one binary (kjit build), no arch on a machine with no GPU (--arch, not
+    arch='sm_90'), a cache key that is not one (exit 2, like any bad argument)."""
+    from click.testing import CliRunner
+    from kjit.cli.main import cli
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" __global__ void k(float* x) { x[0] = 1; }\n')
+    out = str(tmp_path / "k.bin")
+    run = lambda *a: CliRunner().invoke(cli, list(a))   # noqa: E731
+    r = run("compile", str(src), "--arch", "compute_90", "-o", out)
+    assert r.exit_code == 2 and "add --emit ptx" in r.output
+    r = run("compile", str(src), "--arch", "sm_80,sm_90", "-o", out)
+    assert r.exit_code == 2 and "kjit build SOURCE --arch sm_80,sm_90" in r.output
+    monkeypatch.delenv("KJIT_ARCH", raising=False)
+    from kjit import driver
+    if not driver.available():
+        r = run("compile", str(src), "-o", out)
+        assert r.exit_code == 2 and "--arch sm_90" in r.output and "arch='sm_90'" not in r.output
+    r = run("cache", "show", "12")
+    assert r.exit_code == 2 and "not a cache key" in r.output

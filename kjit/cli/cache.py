@@ -74,6 +74,10 @@ def ls_cmd(kernel, arch, sort, reverse, limit, remote: bool, as_json: bool) -> N
 @json_option
 def show_cmd(key: str, with_source: bool, as_json: bool) -> None:
     """Show one entry (KEY or a unique prefix): options, compiler, log, symbols."""
+    import re
+    if not re.fullmatch(r"\s*[0-9a-fA-F]{4,64}\s*", key):   # the command line is wrong: exit 2
+        raise click.UsageError(f"{key!r} is not a cache key: give at least 4 hex digits of one "
+                               "(see `kjit cache ls`)")
     try:
         info = _api().show(key)
     except KjitError as exc:

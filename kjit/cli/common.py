@@ -141,8 +141,24 @@ def check_compile_request(arch, target, backend, options, name_expressions=()) -
     from ..compiler.request import make_request
     with usage_errors():
         utf8_only("--name-expression", name_expressions, "write it in UTF-8")
-        make_request("", arch=arch, target=target, options=options, backend=backend,
-                     name_expressions=name_expressions)
+        try:
+            make_request("", arch=arch, target=target, options=options, backend=backend,
+                         name_expressions=name_expressions)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(_in_shell_terms(str(exc), arch, target)) from None
+
+
+def _in_shell_terms(message: str, arch: Any, target: Any) -> str:
+    """An argument error of kjit.compile said as the command line's options: `--arch`, not
+    arch='sm_90', and the command that does what was likely meant."""
+    message = message.replace("pass arch='sm_90' (or --arch sm_90)", "pass --arch sm_90")
+    text = str(arch or "")
+    if "," in text:
+        message += (f"\n`kjit compile` makes one binary for one --arch; for several in one fatbin: "
+                    f"kjit build SOURCE --arch {text} -o out.fatbin")
+    elif text.startswith("compute_") and target in (None, "cubin"):
+        message += f"\n{text} is a virtual architecture, compiled to PTX: add --emit ptx"
+    return message
 
 
 def compile_flags(fn: Callable) -> Callable:
