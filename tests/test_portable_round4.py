@@ -275,7 +275,7 @@ def test_a_record_naming_a_huge_file_is_refused_unread(two_cudart_dirs, offered)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 << 10  # KiB
 
 
-@pytest.mark.parametrize("rec", [
+HOSTILE = [
     None, [], "x", 7, {}, {"key": "ab" * 32},
     record(key=None), record(key="../../etc"), record(key="AB" * 32), record(key=["ab"]),
     record(read={"ab": 1}), record(read=[["<cudart>/x.h"]]), record(read=[[1, 2, 3]]),
@@ -286,7 +286,10 @@ def test_a_record_naming_a_huge_file_is_refused_unread(two_cudart_dirs, offered)
     record(absent=["<cudart>/\0x"]), record(probed=["<cudart.7>/x.h"]),
     record(absent=["<cudart>/" + "a" * 5000]), record(absent=[1]),
     b"[" * 100_000, b"\xff\xfe", b'{"records": [' + b" " * (8 << 20) + b"]}", b'{"records": 5}',
-])
+]
+
+
+@pytest.mark.parametrize("rec", HOSTILE, ids=[f"shape{i}" for i in range(len(HOSTILE))])
 def test_hostile_record_shapes_are_refused(two_cudart_dirs, offered, rec):
     """Records from an unsigned tier can have any shape: each is a miss, never an error,
     never a key."""
