@@ -332,8 +332,9 @@ class SharedTier:
     def _full(self, exc: Exception) -> None:
         self._count("errors")
         self._warn_once("full", f"kjit remote cache {self.config.display_url} is full ({exc}); new "
-                                "entries stay local. Give it more memory or an eviction policy "
-                                "(maxmemory-policy allkeys-lru)")
+                                "entries stay local, hits still work. Raise its maxmemory, or let "
+                                "it drop old entries: CONFIG SET maxmemory-policy allkeys-lru "
+                                "(docs/cluster.md, Sizing)")
 
     def publish(self, k: str, blob: bytes, *, overwrite: bool = True) -> bool | None:
         """Store checked entry bytes for the cluster: True stored, False already there
