@@ -294,3 +294,49 @@ def test_hostile_record_shapes_are_refused(two_cudart_dirs, offered, rec):
     """Records from an unsigned tier can have any shape: each is a miss, never an error,
     never a key."""
     assert offered(rec) is None
+
+
+# --- round 2's regressions: prune on a full disk ------------------------------------------------
+NO_INODES = r'''
+set -e
+mount -t tmpfs -o size=8m,nr_inodes=200 kjit-test "$MNT"
+export KJIT_CACHE_DIR="$MNT/cache"
+for i in 1 2 3 4 5 6; do
+  "$PY" -m kjit.cli.main compile "$SRC" --arch sm_90 -D N=$i -o "$MNT/o.cubin" >/dev/null
+done
+rm "$MNT/o.cubin"
+mkdir "$MNT/fill"; i=0; while touch "$MNT/fill/$i" 2>/dev/null; do i=$((i+1)); done
+echo "inodes_free=$(df -i "$MNT" | tail -1 | awk '{print $4}')"
+set +e
+"$PY" -m kjit.cli.main cache prune --max-size 1K --json > "$OUT/size.json"; echo "rc_size=$?"
+rm -r "$MNT/fill"
+"$PY" -m kjit.cli.main cache verify --json > "$OUT/verify.json"; echo "rc_verify=$?"
+'''
+
+
+def test_prune_works_on_a_disk_without_free_inodes(tmp_path):
+    """A disk is full when it has no inodes left, with megabytes free: SQLite cannot create
+    the -wal file it opens a database with, and `kjit cache prune` said the cache could not
+    be opened, although docs/cli.md says prune works on a full disk. A real tmpfs of 200
+    inodes (in a private mount namespace), every one taken."""
+    import shutil
+    if not shutil.which("unshare"):
+        pytest.skip("no unshare: cannot mount a small filesystem")
+    mnt, out = tmp_path / "mnt", tmp_path / "out"
+    mnt.mkdir()
+    out.mkdir()
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" __global__ void k(float* y) { y[0] = N; }\n')
+    env = dict(os.environ, MNT=str(mnt), OUT=str(out), SRC=str(src), PY=sys.executable,
+               PYTHONPATH=str(ROOT))
+    cmd = ["unshare", "-m", "sh", "-c", NO_INODES] if os.geteuid() == 0 else \
+          ["unshare", "-r", "-m", "sh", "-c", NO_INODES]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if "inodes_free=" not in res.stdout:
+        pytest.skip(f"cannot mount a small tmpfs here: {res.stderr.strip()[-300:]}")
+    lines = dict(line.split("=", 1) for line in res.stdout.split())
+    assert lines["inodes_free"] == "0", res.stdout
+    assert lines["rc_size"] == "0", (out / "size.json").read_text()
+    pruned = json.loads((out / "size.json").read_text())
+    assert pruned["removed"] == 6 and pruned["entries_left"] == 0
+    assert lines["rc_verify"] == "0" and not json.loads((out / "verify.json").read_text())["corrupt"]
