@@ -114,22 +114,37 @@ def test_slow_server(remote_env, tmp_path, monkeypatch):
     assert obj.cache_hit is True and shared.active().counts["hits"] == 1
 
 
+def fill(server, policy: str) -> None:
+    """Fill `server` (started with --maxmemory 4mb). Redis refuses a write under noeviction
+    only while its used memory is over maxmemory, and it frees memory of its own (a client's
+    query buffer, trimmed once idle): a server filled just to its limit takes small writes
+    again now and then (Debian's Redis 7.0 stored one of three). So under noeviction the
+    limit is then lowered well below what is used: every write is refused, reads still work."""
+    r = server.client()
+    try:  # other data up to the limit (and, with noeviction, just past it)
+        for i in range(20000):
+            r.set(f"other:{i}", b"x" * (64 << 10 if i < 60 else 1 << 10))
+    except Exception as exc:  # noeviction: writes fail once the limit is reached
+        assert "maxmemory" in str(exc)
+        assert policy == "noeviction"
+        used = r.info("memory")["used_memory"]
+        r.config_set("maxmemory", str(used - (1 << 20)))
+        with pytest.raises(Exception, match="maxmemory"):
+            r.set("probe", b"x")
+    else:
+        assert policy != "noeviction", "the server never filled up"
+        # Redis's LRU clock ticks once a second: keys written in the same second tie, and
+        # the sampled eviction may then drop one of ours instead of the filler.
+        time.sleep(1.1)
+
+
 @pytest.mark.parametrize("policy", ["noeviction", "allkeys-lru"])
 def test_full_server(tmp_path, monkeypatch, policy):
     require_redis()
     server = RedisServer(tmp_path / "redis", "--maxmemory", "4mb", "--maxmemory-policy", policy).start()
     try:
         r = server.client()
-        try:  # other data up to the limit (and, with noeviction, just past it)
-            for i in range(20000):
-                r.set(f"other:{i}", b"x" * (64 << 10 if i < 60 else 1 << 10))
-        except Exception as exc:  # noeviction: writes fail once the limit is reached
-            assert "maxmemory" in str(exc)
-        else:
-            assert policy != "noeviction", "the server never filled up"
-            # Redis's LRU clock ticks once a second: keys written in the same second tie, and
-            # the sampled eviction may then drop one of ours instead of the filler.
-            time.sleep(1.1)
+        fill(server, policy)
         monkeypatch.setenv(remote.ENV_URL, server.url)
         node(monkeypatch, tmp_path, "a")
         objs, stored = [], []
@@ -147,5 +162,54 @@ def test_full_server(tmp_path, monkeypatch, policy):
         else:  # Redis evicts the filler to make room: nothing to warn about
             assert remote_warnings(caught) == [] and all(stored)
             assert shared.active().counts["errors"] == 0
+    finally:
+        server.stop()
+
+
+HEADER_USER = '''#include <cuda_fp16.h>
+extern "C" __global__ void %s(__half* p) { p[threadIdx.x] = __hadd(p[threadIdx.x], p[0]); }
+'''
+
+
+def test_a_full_server_warns_once_with_the_fix_and_keeps_serving_hits(tmp_path):
+    """Round 4: a compile on a full server (noeviction) files what it read (portable.py)
+    before its value; that refused write was taken for a server fault, whose warning says
+    nothing of the fix, and the tier was skipped for the back-off, hits included. A full
+    server is one warning naming the fix; what it holds is still served."""
+    import os
+    import subprocess
+    import sys
+    from kjit.compiler import observe
+    require_redis()
+    if not observe.available("cuda"):
+        pytest.skip("the compile observer is not available: no records are filed")
+    server = RedisServer(tmp_path / "redis", "--maxmemory", "4mb", "--maxmemory-policy", "noeviction").start()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(kjit.__file__)))
+    env = {**os.environ, remote.ENV_URL: server.url, remote.ENV_UNSIGNED: "1", "PYTHONPATH": root,
+           remote.ENV_BACKOFF: "30s"}
+    for kernel in ("before", "after"):
+        (tmp_path / f"{kernel}.cu").write_text(HEADER_USER % kernel)
+
+    def compile_on(node: str, *kernels: str) -> str:
+        script = ("import kjit, sys\n"
+                  "for path in sys.argv[1:]:\n"
+                  "    obj = kjit.compile(open(path).read(), arch='sm_90', name=path)\n"
+                  "    print(path, obj.cache_hit)\n")
+        out = subprocess.run([sys.executable, "-W", "always", "-c", script,
+                              *(str(tmp_path / f"{k}.cu") for k in kernels)],
+                             env={**env, "KJIT_CACHE_DIR": str(tmp_path / node)}, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout + out.stderr
+    try:
+        compile_on("a", "before")          # stored while there is room
+        fill(server, "noeviction")
+        # another node: "after" is refused (its record and its value), "before" is a hit
+        log = compile_on("b", "after", "before")
+        warned = [line for line in log.splitlines() if "kjit remote cache" in line]
+        assert len(warned) == 1, log
+        assert "is full" in warned[0] and "maxmemory-policy allkeys-lru" in warned[0] and \
+            "hits still work" in warned[0]
+        assert f"{tmp_path / 'after.cu'} False" in log and f"{tmp_path / 'before.cu'} True" in log
     finally:
         server.stop()

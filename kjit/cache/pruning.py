@@ -16,7 +16,8 @@ has no room for the safe one.
 """
 from __future__ import annotations
 
-import shutil
+import errno
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -28,6 +29,7 @@ from .tables import _CHUNK, SCHEMA, Table, delete_rows, remove_value_file, sqlit
 from ..errors import InvalidOptionError, KjitError
 
 LOW_SPACE = 1 << 20   # below this much free space, prune takes the in-place path
+LOW_INODES = 8        # ... or below this many free inodes
 
 
 def parse_age(text: str | float) -> float:
@@ -63,7 +65,7 @@ def prune(store: Any, limit: int | None, cutoff: float | None,
         prepare()
         return _prune(store, limit, cutoff)
     except (KjitError, OSError, sqlite3.Error, diskcache.Timeout) as exc:
-        if not disk_full(store.path):
+        if not (disk_full(store.path) or _out_of_space(exc)):
             if isinstance(exc, KjitError):
                 raise
             raise KjitError(f"the kjit cache at {store.path} could not be pruned: {exc}") from None
@@ -92,19 +94,64 @@ def _prune(disk: Any, limit: int | None, cutoff: float | None) -> dict[str, Any]
 
 def _in_place(store: Any, limit: int | None, cutoff: float | None) -> dict[str, Any]:
     store.close()   # diskcache's connections would hold locks the exclusive ones wait for
+    _free_inodes(store.path)
     try:
         return prune_in_place(store.path, limit, cutoff)
     except (OSError, sqlite3.Error) as exc:
-        raise KjitError(f"the kjit cache at {store.path} is on a full disk and could not be "
-                        f"pruned in place ({exc}); `kjit cache clear` removes it whole") from None
+        what = "has no free inodes" if _no_inodes(store.path) else "is on a full disk"
+        raise KjitError(f"the kjit cache at {store.path} {what} and could not be pruned in "
+                        f"place ({exc}); free some space there, or `kjit cache clear` removes "
+                        "it whole") from None
 
 
 def disk_full(path: Path) -> bool:
-    """Whether the filesystem holding `path` has (almost) no room left for this user."""
+    """Whether the filesystem holding `path` has (almost) no room left for this user: no
+    bytes, or no inodes (SQLite cannot then create its -wal and -shm files, with megabytes
+    free)."""
     try:
-        return shutil.disk_usage(path).free < LOW_SPACE
+        st = os.statvfs(path)
     except OSError:
         return False
+    return st.f_bavail * st.f_frsize < LOW_SPACE or _no_inodes(path)
+
+
+def _no_inodes(path: Path) -> bool:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_files > 0 and st.f_favail < LOW_INODES
+
+
+def _out_of_space(exc: BaseException) -> bool:
+    """Whether `exc` (or what it was raised from) says the disk or a quota is full."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", None) == 13
+                                               or "disk is full" in str(exc)):
+            return True   # SQLITE_FULL
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _free_inodes(path: Path, want: int = 2) -> None:
+    """Opening a database in WAL mode creates its -wal file for a moment, even in place: with
+    no inode free, remove a few of the oldest header manifests (headers/, remembered keys
+    that the next compile of their kernel works out again) to make room for it."""
+    try:
+        st = os.statvfs(path)
+        if st.f_files == 0 or st.f_favail >= want:
+            return
+        found = [(p.stat().st_mtime, p) for p in (path / "headers").rglob("*.json") if p.is_file()]
+    except OSError:
+        return
+    for _, p in sorted(found)[:2 * want]:
+        try:
+            p.unlink()
+        except OSError:
+            pass
 
 
 class InPlaceStore(StoreReads):

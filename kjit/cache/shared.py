@@ -191,9 +191,17 @@ class SharedTier:
         try:
             value = self.backend.get(k, self.config.ttl_s)
             self._ok()
+            if value is not None and not isinstance(value, bytes):
+                raise entry.CorruptEntry(f"the tier answered with a {type(value).__name__}")
             return None if value is None else open_value(self.config.secret, k, value)
+        except ValueTooLarge:  # refused unread: this record, not the server, is at fault
+            self._count("too_large")
         except TierError as exc:
             self._fault(exc)
+        except entry.CorruptEntry as exc:  # a key of another Redis type, say: a miss
+            self._count("corrupt")
+            self._warn_once("corrupt", f"kjit remote cache {self.config.display_url}: the record "
+                                       f"under {k[:18]}… was corrupt ({exc}); not used")
         except (Refused, TypeError, ValueError):
             self._count("refused")
         return None
@@ -205,6 +213,8 @@ class SharedTier:
         try:
             self.backend.put(k, sign(self.config.secret, k, blob), self.config.ttl_s)
             self._ok()
+        except TierFull as exc:  # hits still work on a full server: no back-off
+            self._full(exc)
         except TierError as exc:
             self._fault(exc)
 
@@ -322,8 +332,9 @@ class SharedTier:
     def _full(self, exc: Exception) -> None:
         self._count("errors")
         self._warn_once("full", f"kjit remote cache {self.config.display_url} is full ({exc}); new "
-                                "entries stay local. Give it more memory or an eviction policy "
-                                "(maxmemory-policy allkeys-lru)")
+                                "entries stay local, hits still work. Raise its maxmemory, or let "
+                                "it drop old entries: CONFIG SET maxmemory-policy allkeys-lru "
+                                "(docs/cluster.md, Sizing)")
 
     def publish(self, k: str, blob: bytes, *, overwrite: bool = True) -> bool | None:
         """Store checked entry bytes for the cluster: True stored, False already there
