@@ -92,7 +92,7 @@ def test_every_command_skips_and_counts_rows_it_cannot_read(tmp_path):
 
 def test_clear_removes_foreign_rows_too(tmp_path):
     marker = plant_foreign_rows(tmp_path)
-    r = jrun("clear")
+    r = jrun("clear", "--yes")
     assert r == {"removed": 2, "unreadable_removed": 5, "reset": False}
     assert jrun("stats")["entries"] == 0 and jrun("stats")["unreadable"] == 0
     assert not os.path.exists(marker)
@@ -121,7 +121,7 @@ def test_clear_works_on_a_corrupt_database(damage):
     lookup._caches.clear()
     res = CliRunner().invoke(cli, ["cache", "ls", "--json"])
     assert res.exit_code == 1 and json.loads(res.stdout)["error"]["type"] == "KjitError"
-    r = jrun("clear")
+    r = jrun("clear", "--yes")
     assert r["reset"] is True or r["removed"] is not None
     lookup._caches.clear()
     assert jrun("ls") == [] and get(100).cache_hit is False
@@ -142,7 +142,7 @@ def test_clear_does_not_follow_links_out_of_the_cache(tmp_path):
     entries.symlink_to(outside, target_is_directory=True)
     (cache.path() / "locks").mkdir(exist_ok=True)
     (cache.path() / "locks" / "x.lock").symlink_to(outside / "keep.txt")
-    r = jrun("clear")
+    r = jrun("clear", "--yes")
     assert r["reset"] is True
     assert (outside / "keep.txt").read_text() == "mine" and not entries.exists()
     lookup._caches.clear()
@@ -169,7 +169,7 @@ def test_value_file_outside_the_cache_is_never_read_or_deleted(tmp_path):
     con.commit()
     con.close()
     assert jrun("verify", code=1)["corrupt"][0]["error"].startswith("value file name")
-    jrun("clear")
+    jrun("clear", "--yes")
     assert victim.read_bytes() == b"secret"
 
 
@@ -211,7 +211,7 @@ def test_a_directory_owned_by_another_user_is_refused(tmp_path, monkeypatch):
     with pytest.warns(CacheWarning, match="belongs to another user"):
         assert get(9).cache_hit is False
     assert list(theirs.iterdir()) == []
-    res = CliRunner().invoke(cli, ["cache", "clear", "--json"])
+    res = CliRunner().invoke(cli, ["cache", "clear", "--json", "--yes"])
     assert res.exit_code == 1 and "another user" in json.loads(res.stdout)["error"]["message"]
 
 

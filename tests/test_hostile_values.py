@@ -86,7 +86,7 @@ def test_tune_ls_and_show_survive_a_description_of_any_shape(case):
     for g in groups:
         code, out = invoke("tune", "show", g["id"])
         assert code == 0, out
-    code, out = invoke("tune", "clear", "--json")   # a planted entry goes too
+    code, out = invoke("tune", "clear", "--json", "--yes")   # a planted entry goes too
     assert code == 0 and json.loads(out[out.index("{"):])["removed"] == 2, out
 
 

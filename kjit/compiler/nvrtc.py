@@ -72,84 +72,78 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
     A fork waits for it, program made to program destroyed (forkgate.py)."""
     from .forkgate import compiling
     with compiling():
-        return _compile_source(source, name=name, arch=arch, target=target, options=options,
-                               name_expressions=name_expressions, search=search)
+        if deferring.get():
+            raise Deferred()
+        from cuda.bindings import nvrtc
 
+        path = search if search is not None else SearchPath(options.headers, (), ())
+        # the toolkit's directories go last, after the user's -I flags and any in `extra`
+        flags = nvrtc_flags(options, arch, target) + [f"-I{d}" for d in path.automatic_dirs]
+        headers = path.headers
+        t0 = time.perf_counter()
+        # -I flags in `extra` given relative follow the working directory: not anchors
+        anchored = path.dirs if not path.relative else tuple(options.include_dirs) + path.automatic_dirs
 
-def _compile_source(source: str, *, name: str, arch: str, target: str, options: CompileOptions,
-                    name_expressions: Sequence[str], search: Any
-                    ) -> tuple[bytes, str, dict[str, str], float]:
-    if deferring.get():
-        raise Deferred()
-    from cuda.bindings import nvrtc
-
-    path = search if search is not None else SearchPath(options.headers, (), ())
-    # the toolkit's directories go last, after the user's -I flags and any in `extra`
-    flags = nvrtc_flags(options, arch, target) + [f"-I{d}" for d in path.automatic_dirs]
-    headers = path.headers
-    t0 = time.perf_counter()
-    # -I flags in `extra` given relative follow the working directory: not anchors
-    anchored = path.dirs if not path.relative else tuple(options.include_dirs) + path.automatic_dirs
-
-    # A precompiled header (pch.py) serves the compile where one pays; NVRTC refusing it
-    # (counted) means one more compile without it, whose observation alone keys the result.
-    with pch.attempt(source, name, flags, headers, anchored) as use:
-        while True:
-            mark = observe.mark()
-            err, prog = nvrtc.nvrtcCreateProgram(
-                source.encode(), name.encode(), len(headers),
-                [h.encode() for h in headers.values()], [k.encode() for k in headers])
-            _check(err, "nvrtcCreateProgram")
-            try:
-                for expr in name_expressions:
-                    (err,) = nvrtc.nvrtcAddNameExpression(prog, expr.encode())
-                    _check(err, f"nvrtcAddNameExpression({expr!r})")
-                all_flags = [f.encode() for f in (use.flags if use else []) + flags]  # PCH's first
-                # what it reads keys the cache (observe.py)
-                with observe.recording("cuda", name, ignore=use.ignore if use else (), anchored=anchored):
-                    (result,) = nvrtc.nvrtcCompileProgram(prog, len(all_flags), all_flags)
-                log = _read(prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log")
-            except BaseException:
+        # A precompiled header (pch.py) serves the compile where one pays; NVRTC refusing it
+        # (counted) means one more compile without it, whose observation alone keys the result.
+        with pch.attempt(source, name, flags, headers, anchored) as use:
+            while True:
+                mark = observe.mark()
+                err, prog = nvrtc.nvrtcCreateProgram(
+                    source.encode(), name.encode(), len(headers),
+                    [h.encode() for h in headers.values()], [k.encode() for k in headers])
+                _check(err, "nvrtcCreateProgram")
+                try:
+                    for expr in name_expressions:
+                        (err,) = nvrtc.nvrtcAddNameExpression(prog, expr.encode())
+                        _check(err, f"nvrtcAddNameExpression({expr!r})")
+                    all_flags = [f.encode() for f in (use.flags if use else []) + flags]  # PCH's first
+                    # what it reads keys the cache (observe.py)
+                    with observe.recording("cuda", name, ignore=use.ignore if use else (), anchored=anchored):
+                        (result,) = nvrtc.nvrtcCompileProgram(prog, len(all_flags), all_flags)
+                    log = _read(prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log")
+                except BaseException:
+                    nvrtc.nvrtcDestroyProgram(prog)
+                    raise
+                log_text = log.rstrip(b"\0").decode("utf-8", "replace")
+                kept = use.finish(log_text) if use is not None else log_text
+                if kept is not None:
+                    log_text = kept
+                    break
                 nvrtc.nvrtcDestroyProgram(prog)
-                raise
-            log_text = log.rstrip(b"\0").decode("utf-8", "replace")
-            kept = use.finish(log_text) if use is not None else log_text
-            if kept is not None:
-                log_text = kept
-                break
+                observe.forget_since(mark)
+                use = None
+        try:
+            if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+                _, text = nvrtc.nvrtcGetErrorString(result)
+                message = f"NVRTC could not compile {name} for {arch} ({text.decode()})"
+                from .hints import explain, host_toolkit_header, is_error_directive
+                # a header's own #error, or a host API: the hint says why, not versions
+                if path.automatic_dirs and not (is_error_directive(log_text)
+                                                or host_toolkit_header(log_text)):
+                    from .toolkit_headers import failure_note
+                    note = failure_note(log_text, ".".join(map(str, version())))
+                    message += f"\n{note}" if note else ""
+                hint = explain(log_text, options.std_headers)
+                message += f"\n{hint}" if hint else ""
+                raise compile_error(
+                    message,
+                    log=log_text, options=flags, source=source, name=name, compiler="NVRTC")
+            getters = {
+                "ptx": (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX),
+                "cubin": (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN),
+                "ltoir": (nvrtc.nvrtcGetLTOIRSize, nvrtc.nvrtcGetLTOIR),
+            }[target]
+            code = _read(prog, *getters, target)
+            if target == "ptx":
+                code = code.rstrip(b"\0")
+            if not name_expressions and "template" in source:
+                _warn_if_no_kernel(source, code, target, name)
+            symbols = {}
+            for expr in name_expressions:
+                err, lowered = nvrtc.nvrtcGetLoweredName(prog, expr.encode())
+                _check(err, f"nvrtcGetLoweredName({expr!r})")
+                symbols[expr] = lowered.decode()
+        finally:
             nvrtc.nvrtcDestroyProgram(prog)
-            observe.forget_since(mark)
-            use = None
-    try:
-        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            _, text = nvrtc.nvrtcGetErrorString(result)
-            message = f"NVRTC could not compile {name} for {arch} ({text.decode()})"
-            from .hints import explain, host_toolkit_header, is_error_directive
-            # a header's own #error, or a host API: the hint says why, not versions
-            if path.automatic_dirs and not (is_error_directive(log_text) or host_toolkit_header(log_text)):
-                from .toolkit_headers import failure_note
-                note = failure_note(log_text, ".".join(map(str, version())))
-                message += f"\n{note}" if note else ""
-            hint = explain(log_text, options.std_headers)
-            message += f"\n{hint}" if hint else ""
-            raise compile_error(
-                message,
-                log=log_text, options=flags, source=source, name=name, compiler="NVRTC")
-        getters = {
-            "ptx": (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX),
-            "cubin": (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN),
-            "ltoir": (nvrtc.nvrtcGetLTOIRSize, nvrtc.nvrtcGetLTOIR),
-        }[target]
-        code = _read(prog, *getters, target)
-        if target == "ptx":
-            code = code.rstrip(b"\0")
-        if not name_expressions and "template" in source:
-            _warn_if_no_kernel(source, code, target, name)
-        symbols = {}
-        for expr in name_expressions:
-            err, lowered = nvrtc.nvrtcGetLoweredName(prog, expr.encode())
-            _check(err, f"nvrtcGetLoweredName({expr!r})")
-            symbols[expr] = lowered.decode()
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-    return code, log_text, symbols, (time.perf_counter() - t0) * 1e3
+        return code, log_text, symbols, (time.perf_counter() - t0) * 1e3
