@@ -5,8 +5,9 @@ keys a compile by scanning its includes (docs/headers.md)."""
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("kjit.runtime._launch",
-                             ["kjit/runtime/_launch.c", "kjit/runtime/_foreign.c", "kjit/runtime/_tables.c"],
-                             depends=["kjit/runtime/_foreign.h", "kjit/runtime/_tables.h"],
+                             ["kjit/runtime/_launch.c", "kjit/runtime/_foreign.c", "kjit/runtime/_tables.c",
+                              "kjit/runtime/_gil.c"],
+                             depends=["kjit/runtime/_foreign.h", "kjit/runtime/_tables.h", "kjit/runtime/_gil.h"],
                              libraries=["dl"], optional=True),
                    Extension("kjit.compiler._observe",
                              ["kjit/compiler/_observe.c", "kjit/compiler/_observe_got.c"],

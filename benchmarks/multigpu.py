@@ -145,7 +145,12 @@ def _raw_throughput(fn_name: str, devices: tuple[int, ...]) -> float:
             cells = [ctypes.c_uint64(out.ptr), ctypes.c_int(7), ctypes.c_float(2.5)]
             params = (ctypes.c_void_p * 3)(*(ctypes.addressof(c) for c in cells))
             launch = lib.cuLaunchKernel
+            launch.restype = ctypes.c_int
+            launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
             func = ctypes.c_void_p(int(k.handle))
+            err = launch(func, 1, 1, 1, 32, 1, 1, 0, None, params, None)
+            if err:
+                raise SystemExit(f"raw {fn_name} cuLaunchKernel returned {err}")
             kjit.synchronize()
             ready.wait()
             for _ in range(THROUGHPUT_BATCHES):

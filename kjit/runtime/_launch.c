@@ -6,6 +6,7 @@
  * 13.3-13.5 answer wrongly for every device but 0; and a kjit graph's replay. The other files
  * sit below this one: _foreign.c reads framework arrays, _tables.c serves k[config]. */
 #include "_foreign.h"
+#include "_gil.h"
 #include "_tables.h"
 #include <dlfcn.h>
 #include <math.h>
@@ -19,7 +20,6 @@ typedef int (*pointer_attrs_fn)(unsigned, int*, void**, unsigned long long);
 typedef int (*ctx_push_fn)(void*);
 typedef int (*ctx_pop_fn)(void**);
 typedef int (*graph_launch_fn)(void*, void*);
-static int keep_gil = 0;   /* hold_gil(True): launches keep the GIL (a benchmark's comparison) */
 static launch_fn cu_launch = NULL;
 static graph_launch_fn cu_graph_launch = NULL;
 static ctx_push_fn cu_ctx_push = NULL;
@@ -54,11 +54,6 @@ static PyObject* bind(PyObject* self, PyObject* noargs) {
     cu_pointer_attrs = (pointer_attrs_fn)attrs_sym;
     kjit_foreign_bind((int (*)(int*))dlsym(h, "cuDeviceGetCount"));
     cu_launch = (launch_fn)launch_sym;   /* last: its being set means all three are */
-    Py_RETURN_NONE;
-}
-
-static PyObject* hold_gil(PyObject* self, PyObject* flag) {
-    keep_gil = PyObject_IsTrue(flag) > 0;
     Py_RETURN_NONE;
 }
 
@@ -109,11 +104,10 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
         v[i] = PyLong_AsUnsignedLongLong(args[i]);
         if (v[i] == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     }
-    int r;
-    Py_BEGIN_ALLOW_THREADS  /* the driver may block when its queue is full */
-    r = cu_launch((void*)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3], (unsigned)v[4],
-                  (unsigned)v[5], (unsigned)v[6], (unsigned)v[7], (void*)v[8], (void**)v[9], NULL);
-    Py_END_ALLOW_THREADS
+    PyThreadState* ts = kjit_gil_release();
+    int r = cu_launch((void*)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3], (unsigned)v[4],
+                      (unsigned)v[5], (unsigned)v[6], (unsigned)v[7], (void*)v[8], (void**)v[9], NULL);
+    if (ts) PyEval_RestoreThread(ts);
     return PyLong_FromLong(r);
 }
 
@@ -128,10 +122,9 @@ static PyObject* graph_launch(PyObject* self, PyObject* const* args, Py_ssize_t 
     unsigned long long exec = PyLong_AsUnsignedLongLong(args[0]);
     unsigned long long stream = PyLong_AsUnsignedLongLong(args[1]);
     if (PyErr_Occurred()) return NULL;
-    int r;
-    Py_BEGIN_ALLOW_THREADS
-    r = cu_graph_launch((void*)(uintptr_t)exec, (void*)(uintptr_t)stream);
-    Py_END_ALLOW_THREADS
+    PyThreadState* ts = kjit_gil_release();
+    int r = cu_graph_launch((void*)(uintptr_t)exec, (void*)(uintptr_t)stream);
+    if (ts) PyEval_RestoreThread(ts);
     return PyLong_FromLong(r);
 }
 
@@ -302,7 +295,7 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
     int err;
     void* ctx = (void*)(uintptr_t)*L->ctx;
-    PyThreadState* ts = keep_gil ? NULL : PyEval_SaveThread();  /* the queue may be full */
+    PyThreadState* ts = kjit_gil_release();   /* _gil.c: only where another thread can run */
     err = elsewhere ? cu_ctx_push(ctx) : 0;
     if (!err) {
         err = cu_launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
@@ -421,7 +414,7 @@ static PyMethodDef methods[] = {
      "register_stream(kind, getter): how to read a framework's current stream"},
     {"set_thread_stream", (PyCFunction)kjit_set_thread_stream, METH_O,
      "set_thread_stream(handle): this thread's stream for launches given none and no framework array"},
-    {"hold_gil", (PyCFunction)hold_gil, METH_O, "hold_gil(flag): launchers keep the GIL across cuLaunchKernel"},
+    {"hold_gil", (PyCFunction)kjit_hold_gil, METH_O, "hold_gil(flag): launchers keep the GIL across cuLaunchKernel"},
     {"bind", (PyCFunction)bind, METH_NOARGS, "Resolve kjit's libcuda functions."},
     {"current_context", (PyCFunction)current_context, METH_NOARGS, "cuCtxGetCurrent() -> int (0: none)"},
     {"pointer_device", (PyCFunction)pointer_device, METH_O, "The device owning a pointer, -1 if none/unknown."},
