@@ -79,6 +79,11 @@ def table(results: dict) -> str:
                 lines.append(f"  {k:52s} {v:10.2f}")
             elif not isinstance(v, dict):
                 lines.append(f"  {k:52s} {v}")
+    gi = results.get("gil", {})
+    if gi:
+        lines.append("the GIL around cuLaunchKernel, one Python thread")
+        for k, v in gi.items():
+            lines.append(f"  {k:60s} {v:10.3f}" if isinstance(v, float) else f"  {k:60s} {v}")
     gr = results.get("graphs", {})
     if gr:
         lines.append("CUDA graphs: host cost per kernel replayed, against launches one by one")
@@ -196,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks")
     p.add_argument("which", nargs="?", default="all",
                    choices=["all", "launch", "compile", "build", "multigpu", "headers", "throughput", "tune", "torch",
-                            "graphs"],
+                            "graphs", "gil"],
                    help="headers: the toolkit-header kernel's compile figures only (no GPU needed)")
     p.add_argument("--json", help="write the results as JSON here")
     p.add_argument("--plot", help="write the launch-cost plot (PNG) here")
@@ -204,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"machine": machine()}
     sections = {"launch": "launch", "compile": "compile_cache", "build": "build",
                 "multigpu": "multigpu", "throughput": "throughput", "tune": "tune", "torch": "torch_ops",
-                "graphs": "graphs"}
+                "graphs": "graphs", "gil": "gil"}
     if args.which == "headers":
         from benchmarks.compile_cache import headers_run
         results["headers"] = headers_run()

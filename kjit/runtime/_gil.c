@@ -1,24 +1,25 @@
 /* Whether a launch releases the GIL around cuLaunchKernel. Releasing lets another Python
  * thread run while the driver works (and while it waits on a full queue), but costs a hand-off
- * on every launch: on the H100 hosts here a kjit launch took 4.5 us releasing the GIL and
- * 2.3 us keeping it (benchmarks/multigpu.py). So the GIL is released only when the process has
- * another Python thread that could take it; with one, nothing could run meanwhile. A thread
- * started while a launch runs waits for that one launch. */
+ * on every launch, which nobody gains from while the process has no other Python thread: the
+ * GIL is then kept (benchmarks/gil.py measures both in one thread). A thread started while a
+ * launch runs waits for that one launch. */
 #include "_gil.h"
 
-static int keep_gil = 0;
+static int mode = 0;   /* 0: as above; 1: always keep the GIL; 2: always release it */
 
 PyThreadState* kjit_gil_release(void) {
-    if (keep_gil) return NULL;
+    if (mode == 1) return NULL;
+    if (mode == 2) return PyEval_SaveThread();
     PyThreadState* self = PyThreadState_Get();
     PyThreadState* head = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(self));
     if (head == self && PyThreadState_Next(head) == NULL) return NULL;   /* the only thread */
     return PyEval_SaveThread();
 }
 
-PyObject* kjit_hold_gil(PyObject* self, PyObject* flag) {
-    int on = PyObject_IsTrue(flag);
-    if (on < 0) return NULL;
-    keep_gil = on;
+PyObject* kjit_gil_mode(PyObject* self, PyObject* arg) {
+    long m = PyLong_AsLong(arg);
+    if (m == -1 && PyErr_Occurred()) return NULL;
+    if (m < 0 || m > 2) return PyErr_Format(PyExc_ValueError, "gil_mode: 0, 1 or 2, got %ld", m);
+    mode = (int)m;
     Py_RETURN_NONE;
 }

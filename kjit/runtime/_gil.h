@@ -7,6 +7,7 @@
 /* Before a driver call that is quick unless the GPU's queue is full: the thread state to
  * restore after it (the GIL released), or NULL (the GIL kept: no other thread could use it). */
 PyThreadState* kjit_gil_release(void);
-/* hold_gil(flag): keep the GIL across every launch (a benchmark's comparison) */
-PyObject* kjit_hold_gil(PyObject* self, PyObject* flag);
+/* gil_mode(m): 0 release only where another thread exists, 1 always keep, 2 always release
+ * (a benchmark's comparison) */
+PyObject* kjit_gil_mode(PyObject* self, PyObject* arg);
 #endif

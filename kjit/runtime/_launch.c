@@ -414,7 +414,7 @@ static PyMethodDef methods[] = {
      "register_stream(kind, getter): how to read a framework's current stream"},
     {"set_thread_stream", (PyCFunction)kjit_set_thread_stream, METH_O,
      "set_thread_stream(handle): this thread's stream for launches given none and no framework array"},
-    {"hold_gil", (PyCFunction)kjit_hold_gil, METH_O, "hold_gil(flag): launchers keep the GIL across cuLaunchKernel"},
+    {"gil_mode", (PyCFunction)kjit_gil_mode, METH_O, "gil_mode(0|1|2): release the GIL where another thread exists / never / always"},
     {"bind", (PyCFunction)bind, METH_NOARGS, "Resolve kjit's libcuda functions."},
     {"current_context", (PyCFunction)current_context, METH_NOARGS, "cuCtxGetCurrent() -> int (0: none)"},
     {"pointer_device", (PyCFunction)pointer_device, METH_O, "The device owning a pointer, -1 if none/unknown."},
