@@ -125,3 +125,42 @@ def test_a_failed_compile_does_not_make_the_waiters_fail_one_after_another(remot
         ends.append(result["end"])
     # one after another would take 4 x 1.5 s after the holder failed
     assert max(ends) - failed_at < 2 * seconds + 1.0, [e - failed_at for e in ends]
+
+
+def _nvrtc_runs_on_node(args):
+    """kjit.compile on a fresh "node" (its own cache directory), counting NVRTC's compiles:
+    the key of a kernel new to everyone is learnt by compiling it (the observer sees what
+    it reads), so that compile is the one the cluster must share."""
+    cache_dir, source, start_at = args
+    os.environ["KJIT_CACHE_DIR"] = cache_dir
+    import hashlib
+    import kjit
+    from kjit.compiler import nvrtc
+    runs = []
+    real = nvrtc.compile_source
+
+    def counted(*a, **kw):
+        runs.append(1)
+        return real(*a, **kw)
+    nvrtc.compile_source = counted
+    while time.time() < start_at:
+        time.sleep(0.001)
+    obj = kjit.compile(source, arch="sm_90")
+    return len(runs), hashlib.sha256(obj.code).hexdigest()
+
+
+def test_nodes_starting_a_new_kernel_together_run_nvrtc_once(remote_env, tmp_path, saxpy_src):
+    """6 nodes start one kernel no node has compiled, at the same instant: one NVRTC compile
+    for the cluster (the others wait on the lease of the kernel's record, then find its key
+    and the binary in Redis), every node the same bytes."""
+    src = saxpy_src + f"\n// new to the cluster {time.time()}\n"
+    nodes = 6
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(nodes) as pool:
+        pool.map(abs, range(nodes))
+        start = time.time() + 1.5
+        results = pool.map(_nvrtc_runs_on_node,
+                           [(str(tmp_path / f"node{i}"), src, start) for i in range(nodes)])
+    runs = sum(r[0] for r in results)
+    assert runs == 1, f"NVRTC ran {runs} times on {nodes} nodes: {[r[0] for r in results]}"
+    assert len({r[1] for r in results}) == 1

@@ -119,10 +119,19 @@ def compile(source: str, *, arch=None, target: str | None = None,
             _remember(sig, keyed)
         create, check = (keyed.made, keyed.made_check) if keyed.made else (keyed.create, keyed.check)
         try:
-            return lookup_hashed(keyed.key, NAMESPACE, create, label=req.name, meta=keyed.meta,
-                                 t0=t0, check=check)
+            obj = lookup_hashed(keyed.key, NAMESPACE, create, label=req.name, meta=keyed.meta,
+                                t0=t0, check=check)
         except HeadersChanged:
+            if keyed.stored is not None:
+                keyed.stored(False)
             continue
+        except BaseException:
+            if keyed.stored is not None:
+                keyed.stored(False)
+            raise
+        if keyed.stored is not None:
+            keyed.stored(True)
+        return obj
     return bypass(NAMESPACE, partial(compile_uncached, req, path), req.name)
 
 
@@ -195,13 +204,25 @@ class Keyed:
     compiled already (to find the key), stored if `made_check` passes. key None: made, but
     not storable."""
 
-    __slots__ = ("key", "snapshot", "create", "check", "meta", "label", "made", "made_check")
+    __slots__ = ("key", "snapshot", "create", "check", "meta", "label", "made", "made_check",
+                 "stored")
 
     def __init__(self, key: str | None, snapshot: Any, create: Callable[[], ObjectCode],
                  check: Callable[[], None] | None, meta: Callable[[], dict], label: str,
                  made: Made | None = None, made_check: Callable[[], None] | None = None):
         self.key, self.snapshot, self.create, self.check = key, snapshot, create, check
         self.meta, self.label, self.made, self.made_check = meta, label, made, made_check
+        # called with whether the entry was stored: files the record and lets the cluster's
+        # lease go (portable.claim), where this process compiled a kernel new to the cluster
+        self.stored: Callable[[bool], None] | None = None
+
+
+def _file_then_release(publish: Callable[[], None] | None, held: Any, stored: bool) -> None:
+    try:
+        if stored and publish is not None:
+            publish()
+    finally:
+        held.release()
 
 
 def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
@@ -230,27 +251,42 @@ def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
         with creation_lock("manifest-" + prekey):
             found = manifest.lookup(prekey)
             from . import portable  # a manifest miss only: a disk hit never loads it
+            held = None   # the cluster's lease on this kernel's record (portable.claim)
             if found is None:  # another install's or node's record, checked here
                 record = job.portable_key()
                 found = portable.find(record, req.options)
+                if found is None:
+                    found, held = portable.claim(record, req.options)
                 if found is not None:
                     found[1].env = job.portable_env()   # checked from now on, as observed ones are
                     manifest.store(prekey, *found)
             if found is None:
-                t0 = time.perf_counter()
-                obj = compile_uncached(req, path, job)
                 try:
-                    k, snap = job.key()
-                except NotObserved:  # the hooks could not be installed after all
-                    return _unobserved_key(job, compiled=obj)
-                made = Made(obj, time.perf_counter() - t0)
-                if k is None:
-                    return Keyed(None, None, made, None, job.meta, req.name, made)
-                manifest.store(prekey, k, snap)
-                if job.portable:   # it read no environment variable the record is not keyed by
-                    portable.publish(record, k, snap, job.read, job.probed, req.options)
-                return Keyed(k, snap, partial(compile_uncached, req, path, job),
-                             partial(job.check, k, snap), job.meta, req.name, made)
+                    t0 = time.perf_counter()
+                    obj = compile_uncached(req, path, job)
+                    try:
+                        k, snap = job.key()
+                    except NotObserved:  # the hooks could not be installed after all
+                        return _unobserved_key(job, compiled=obj)
+                    made = Made(obj, time.perf_counter() - t0)
+                    if k is None:
+                        return Keyed(None, None, made, None, job.meta, req.name, made)
+                    manifest.store(prekey, k, snap)
+                    # filed when it read no environment variable the record is not keyed by;
+                    # under the cluster's lease, once the binary is in the tier (Keyed.stored)
+                    publish = partial(portable.publish, record, k, snap, job.read, job.probed,
+                                      req.options) if job.portable else None
+                    if held is None and publish is not None:
+                        publish()
+                    keyed = Keyed(k, snap, partial(compile_uncached, req, path, job),
+                                  partial(job.check, k, snap), job.meta, req.name, made)
+                    if held is not None:
+                        keyed.stored = partial(_file_then_release, publish, held)
+                        held = None
+                    return keyed
+                finally:
+                    if held is not None:   # failed, or nothing to file: the others compile
+                        held.release()
     k, snap = found
     return Keyed(k, snap, partial(compile_uncached, req, path, job), partial(job.check, k, snap),
                  job.meta, req.name)

@@ -132,6 +132,38 @@ def find(rk: dict[str, Any], options: Any) -> tuple[str, Snapshot] | None:
     return None
 
 
+def claim(rk: dict[str, Any], options: Any) -> tuple[tuple[str, Snapshot] | None, Any]:
+    """Where a shared tier is configured and no record holds here yet, so that nodes starting
+    one new kernel together compile it once: (None, lease) when this node is to compile it
+    first (it files the record once the binary is in the tier, then lets the lease go), or
+    (found, None) when another node held the lease and filed the record meanwhile;
+    (None, None) where there is no usable tier or the wait ran out (KJIT_REMOTE_CACHE_WAIT)."""
+    tier = _tier()
+    if tier is None or not tier.usable():
+        return None, None
+    from ..cache.shared import RECHECK_S, HeldLease
+    lease_key, cfg = _REMOTE + key_hash(NAMESPACE, rk), tier.config
+    deadline = time.monotonic() + cfg.wait_s
+    try:
+        while True:
+            lease = tier.backend.lease(lease_key, cfg.lease_s)
+            if lease is not None:
+                found = find(rk, options)   # filed between our look and our lease?
+                if found is None:
+                    return None, HeldLease(lease, cfg.lease_s)
+                lease.release()
+                return found, None
+            now = time.monotonic()
+            if now >= deadline:
+                return None, None
+            time.sleep(min(RECHECK_S, cfg.lease_s / 2, deadline - now))
+            found = find(rk, options)
+            if found is not None:
+                return found, None
+    except Exception:   # the tier's faults: compile here, as without one
+        return None, None
+
+
 def publish(rk: dict[str, Any], k: str, snap: Snapshot, read: list, probed: list,
             options: Any) -> None:
     """File what an observed compile read (paths as in `snap`) under `rk`, for other installs."""
