@@ -29,8 +29,8 @@ def _gpu_reason() -> str | None:
     from kjit import driver
     try:
         driver.init()
-    except Exception as exc:
-        return f"no CUDA driver: {str(exc).splitlines()[0]}"
+    except Exception:   # one short line per skipped file: `kjit info` says why in full
+        return "GPU test: no CUDA driver here"
     try:
         if driver.device_count() == 0:
             return "CUDA driver present but no device"

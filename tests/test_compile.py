@@ -400,3 +400,14 @@ def test_no_arch_compiles_for_the_current_device():
     major, minor = driver.compute_capability(driver.current_device())
     obj = kjit.compile(SAXPY)
     assert obj.arch == f"sm_{major}{minor}" and ElfFile(obj.code).cuda_sm == major * 10 + minor
+
+
+def test_a_source_holding_a_lone_surrogate_is_refused_naming_where():
+    """A file read with errors='surrogateescape' keeps its non-UTF-8 bytes as lone surrogates;
+    no compiler can be given such text: refused before compiling, naming line and column
+    (it raised a raw UnicodeEncodeError)."""
+    import kjit
+    from kjit.errors import InvalidOptionError
+    src = 'extern "C" __global__ void k(float* x) { x[0] = 1; }\n// caf\udce9\n'
+    with pytest.raises(InvalidOptionError, match=r"line 2, column 7 holds U\+DCE9"):
+        kjit.compile(src, arch="sm_90")

@@ -30,7 +30,19 @@ def decode(data: bytes, name: str) -> str:
 
 
 def check(text: str, name: str, data: bytes | None = None) -> None:
-    """InvalidOptionError if `text` holds a NUL, which would cut the source short."""
+    """InvalidOptionError if `text` holds a NUL, which would cut the source short, or a lone
+    surrogate, which no compiler can be given (UTF-8 cannot encode it)."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            line = text.count("\n", 0, exc.start) + 1
+            column = exc.start - text.rfind("\n", 0, exc.start)
+            raise InvalidOptionError(
+                f"{name}: line {line}, column {column} holds U+{ord(text[exc.start]):04X}, a lone "
+                "surrogate that is not text (a file read with errors='surrogateescape' keeps its "
+                "bytes that are not UTF-8 this way): read it as UTF-8, or pass its bytes to "
+                "kjit.compile, which says where they are not UTF-8") from None
     if "\0" not in text:
         return
     data = data if data is not None else text.encode("utf-8", "surrogatepass")
