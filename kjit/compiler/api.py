@@ -118,19 +118,16 @@ def compile(source: str, *, arch=None, target: str | None = None,
         if sig is not None:
             _remember(sig, keyed)
         create, check = (keyed.made, keyed.made_check) if keyed.made else (keyed.create, keyed.check)
+        stored = False
         try:
             obj = lookup_hashed(keyed.key, NAMESPACE, create, label=req.name, meta=keyed.meta,
                                 t0=t0, check=check)
+            stored = True
         except HeadersChanged:
-            if keyed.stored is not None:
-                keyed.stored(False)
             continue
-        except BaseException:
+        finally:
             if keyed.stored is not None:
-                keyed.stored(False)
-            raise
-        if keyed.stored is not None:
-            keyed.stored(True)
+                keyed.stored(stored)
         return obj
     return bypass(NAMESPACE, partial(compile_uncached, req, path), req.name)
 

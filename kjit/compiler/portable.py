@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from ..cache import key_hash
 from . import manifest, roots
-from .snapshot import PROBED, Snapshot, dir_sig, file_sig, is_racy, nearest_dir
+from .snapshot import PROBED, Snapshot, file_sig
 
 NAMESPACE = "compile-manifest"
 SCHEMA = 2
@@ -303,7 +303,7 @@ def _check(rec: Any, deadline: float) -> tuple[str, Snapshot] | None:
             return None
         snap.files[p] = [*file_sig(st), PROBED, False]
     dir_cache: dict[str, tuple[str, Any]] = {}
-    for p in dict.fromkeys(map(path, absent)):  # each once: add_absent scans its directory's list
+    for p in dict.fromkeys(map(path, absent)):  # each once: added without a scan of its list
         try:
             if not stat_mod.S_ISDIR(os.stat(p).st_mode):
                 return None  # something now where the compile found nothing
@@ -311,19 +311,5 @@ def _check(rec: Any, deadline: float) -> tuple[str, Snapshot] | None:
             pass
         if time.monotonic() > deadline:
             return None
-        _add_absent(snap, p, dir_cache)
+        snap.add_absent(p, dir_cache, known_new=True)
     return k, snap
-
-
-def _add_absent(snap: Snapshot, p: str, dir_cache: dict[str, tuple[str, Any]]) -> None:
-    """Snapshot.add_absent for a path not yet recorded (without its scan of the list)."""
-    parent = os.path.dirname(p)
-    where = dir_cache.get(parent)
-    if where is None:
-        where = dir_cache[parent] = nearest_dir(p)
-    d, st = where
-    entry = snap.dirs.get(d)
-    if entry is None:
-        entry = snap.dirs[d] = ([0, 0, 0, True, []] if st is None else
-                                [*dir_sig(st), is_racy(st, snap.recorded_at), []])
-    entry[4].append(p)

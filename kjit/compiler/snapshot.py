@@ -110,7 +110,10 @@ class Snapshot:
     def add_file(self, path: str, st: os.stat_result, sha: str) -> None:
         self.files[path] = [*file_sig(st), sha, is_racy(st, self.recorded_at)]
 
-    def add_absent(self, candidate: str, dir_cache: dict[str, tuple[str, Any]]) -> None:
+    def add_absent(self, candidate: str, dir_cache: dict[str, tuple[str, Any]],
+                   known_new: bool = False) -> None:
+        """`known_new`: the caller adds each path once, so its directory's list is not
+        searched (linear, where a record lists many absent paths)."""
         parent = os.path.dirname(candidate)
         where = dir_cache.get(parent)
         if where is None:
@@ -122,7 +125,7 @@ class Snapshot:
                 entry = self.dirs[d] = [0, 0, 0, True, []]
             else:
                 entry = self.dirs[d] = [*dir_sig(st), is_racy(st, self.recorded_at), []]
-        if candidate not in entry[4]:
+        if known_new or candidate not in entry[4]:
             entry[4].append(candidate)
 
     @property

@@ -180,14 +180,7 @@ def stream_device(stream: Any, ctx: Any) -> int | None:
             return int(dev)
     except Exception:   # older bindings or driver: ask the stream's context
         pass
-    (err,) = drv.cuCtxPushCurrent(ctx)
-    if err:
-        return None
-    try:
-        err, dev = drv.cuCtxGetDevice()
-        return None if err else int(dev)
-    finally:
-        drv.cuCtxPopCurrent()
+    return driver.context_device(ctx)
 
 
 def capture_state(stream: Any) -> str | None:
