@@ -12,10 +12,12 @@ import threading
 from typing import Any, Callable
 
 from .errors import CudaUnavailableError, DriverError
+from .families import older_driver
 
 _lock = threading.Lock()
 _initialized = False
 _unavailable: CudaUnavailableError | None = None
+_has_device: bool | None = None   # available()'s yes, once given
 _tls = threading.local()
 
 
@@ -191,16 +193,15 @@ def init() -> None:
                 "with nvJitLink and build fatbins here, but loading and launching need a machine "
                 f"with an NVIDIA GPU and driver [{type(exc).__name__}]")
             raise _unavailable from None
-        if err != drv.CUresult.CUDA_SUCCESS:
+        problem = older_driver(drv)   # wheels of a newer CUDA major than the driver
+        if problem is None and err != drv.CUresult.CUDA_SUCCESS:
             name, text = _name_and_text(drv, err)
-            _unavailable = CudaUnavailableError(
-                f"the CUDA driver is present but cuInit failed: {name}: {text}. "
-                "Check that a GPU is visible (nvidia-smi, CUDA_VISIBLE_DEVICES).")
+            problem = (f"the CUDA driver is present but cuInit failed: {name}: {text}. "
+                       "Check that a GPU is visible (nvidia-smi, CUDA_VISIBLE_DEVICES).")
+        if problem is not None:
+            _unavailable = CudaUnavailableError(problem)
             raise _unavailable
         _initialized = True
-
-
-_has_device: bool | None = None
 
 
 def available() -> bool:

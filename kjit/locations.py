@@ -73,3 +73,4 @@ def package_version(dists: tuple[str, ...]) -> tuple[str, str] | None:
             return d, have[_normalise(d)]
     return None
 
+

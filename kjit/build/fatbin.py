@@ -91,6 +91,10 @@ def build(items: Iterable[ObjectCode | FatbinInput], *, compress: str = "none") 
         handle = nvfatbin.create(options, len(options))
     except nvfatbin.nvFatbinError as exc:
         raise FatbinError(f"nvFatbinCreate({' '.join(options)}) failed: {exc}") from None
+    except Exception as exc:   # libnvfatbin not found (cuda.pathfinder's error, an OSError)
+        from ..families import family_install_hint
+        raise FatbinError(f"nvFatbin is not installed: {family_install_hint()} "
+                          f"[{type(exc).__name__}: {str(exc).strip()}]") from None
     try:
         for inp in inputs:
             what = f"{inp.kind} for {inp.arch} ({inp.name}, {len(inp.code)} bytes)"

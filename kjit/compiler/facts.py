@@ -19,8 +19,23 @@ from ..locations import cache_dir, package_version
 FILE_NAME = "nvrtc-facts.json"
 
 
-def _ask_nvrtc() -> dict[str, Any]:
+@functools.lru_cache(maxsize=None)
+def loaded_nvrtc() -> Any:
+    """cuda.bindings.nvrtc with libnvrtc loaded, or KjitError naming the install that brings
+    it (a plain `pip install kjit` installs no CUDA family)."""
     from cuda.bindings import nvrtc
+    try:
+        nvrtc.nvrtcVersion()   # the first call loads libnvrtc
+    except Exception as exc:   # cuda.pathfinder's DynamicLibNotFoundError, an OSError
+        from ..errors import KjitError
+        from ..families import family_install_hint
+        raise KjitError(f"NVRTC is not installed: {family_install_hint()} "
+                        f"[{type(exc).__name__}: {str(exc).strip()}]") from None
+    return nvrtc
+
+
+def _ask_nvrtc() -> dict[str, Any]:
+    nvrtc = loaded_nvrtc()
     err, major, minor = nvrtc.nvrtcVersion()
     err2, archs = nvrtc.nvrtcGetSupportedArchs()
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or err2 != nvrtc.nvrtcResult.NVRTC_SUCCESS:

@@ -74,7 +74,8 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
     with compiling():
         if deferring.get():
             raise Deferred()
-        from cuda.bindings import nvrtc
+        from .facts import loaded_nvrtc
+        nvrtc = loaded_nvrtc()
 
         path = search if search is not None else SearchPath(options.headers, (), ())
         # the toolkit's directories go last, after the user's -I flags and any in `extra`

@@ -93,12 +93,24 @@ def _valid(found: Any) -> bool:
     return True
 
 
+def _wheel_dirs(lib: str) -> tuple[str, ...]:
+    """WHEEL_DIRS[lib], the CUDA 12 family's runtime headers first where cuda.bindings is of
+    that family: an environment moved from kjit[cu13] to kjit[cu12] keeps the CUDA 13 runtime
+    wheel, whose headers NVRTC 12 must not read. (CCCL comes from the one wheel either way.)"""
+    dirs = WHEEL_DIRS[lib]
+    bindings = package_version(("cuda-bindings",))
+    if lib == "cudart" and bindings and bindings[1].split(".")[0] == "12":
+        return tuple(reversed(dirs))
+    return dirs
+
+
 def _on_sys_path(lib: str, anchor: str) -> str | None:
     """The first sys.path entry holding `lib`'s wheel directory (a few stats: not cached)."""
+    dirs = _wheel_dirs(lib)
     for entry in sys.path:
         if not entry:
             continue
-        for rel in WHEEL_DIRS[lib]:
+        for rel in dirs:
             d = os.path.join(entry, rel)
             if os.path.isfile(os.path.join(d, anchor)):
                 return os.path.realpath(d)

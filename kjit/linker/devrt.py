@@ -129,11 +129,19 @@ def find(linker_major: int | None = None) -> Path | None:
         if not chosen.is_file():
             raise LinkError(f"{ENV_DEVRT}={chosen} does not name a file (expected libcudadevrt.a)")
         return chosen
-    if linker_major is not None:
-        for p in cands:
-            if p.parent.parent.name == f"cu{linker_major}":
-                return p
-    return cands[0] if cands else None
+    if linker_major is None:
+        return cands[0] if cands else None
+    for p in cands:
+        if p.parent.parent.name in _FAMILY_DIRS.get(linker_major, (f"cu{linker_major}",)):
+            return p
+    # another family's wheel is never used: nvJitLink cannot read a newer major's objects
+    others = {d for dirs in _FAMILY_DIRS.values() for d in dirs}
+    rest = [p for p in cands if p.parent.parent.name not in others]
+    return rest[0] if rest else None
+
+
+# The wheel directory (site-packages/nvidia/<dir>/lib) of each CUDA major's runtime wheel.
+_FAMILY_DIRS = {13: ("cu13",), 12: ("cuda_runtime", "cu12")}
 
 
 def require(linker_major: int | None, why: Sequence[str], inputs: Iterable[str]) -> Path:
@@ -142,7 +150,8 @@ def require(linker_major: int | None, why: Sequence[str], inputs: Iterable[str])
     if path is not None:
         return path
     major = linker_major or 13
-    wheel = "nvidia-cuda-runtime" if major >= 13 else f"nvidia-cuda-runtime-cu{major}"
+    wheel = ("nvidia-cuda-runtime" if major >= 13 else
+             f"'nvidia-cuda-runtime-cu{major}>=12.8'" if major == 12 else f"nvidia-cuda-runtime-cu{major}")
     why_text = (f"this code launches kernels from the device (it calls {', '.join(why[:4])}), "
                 "so it must be linked with" if why else "LinkOptions.device_runtime=True asks for")
     raise LinkError(

@@ -32,9 +32,9 @@ def _nvjitlink():
         from cuda.bindings import nvjitlink
         nvjitlink.version()  # loads libnvJitLink
     except Exception as exc:
-        raise LinkError(
-            "nvJitLink is not available: pip install nvidia-nvjitlink (the same CUDA major "
-            f"version as cuda-bindings) [{type(exc).__name__}: {exc}]", backend="nvjitlink") from None
+        from ..families import family_install_hint
+        raise LinkError(f"nvJitLink is not installed: {family_install_hint()} "
+                        f"[{type(exc).__name__}: {str(exc).strip()}]", backend="nvjitlink") from None
     return nvjitlink
 
 

@@ -1,0 +1,55 @@
+"""kjit's two CUDA wheel families, kjit[cu13] and kjit[cu12] (pyproject.toml's extras): the
+driver each needs, whether the driver can run what the installed family makes, and what to
+install when a family's library is missing."""
+from __future__ import annotations
+
+from typing import Any
+
+from .locations import package_version
+
+# The oldest driver of each CUDA major (Linux), for the message below and the README's table.
+FAMILY_DRIVERS = {12: "525.60.13", 13: "580.65.06"}
+
+
+def family_mismatch(driver_version: int, bindings_version: str) -> str | None:
+    """Why this driver cannot run what kjit's CUDA wheels make, or None. A driver runs code
+    from its own CUDA major and older (minor versions are bridged: PTX newer than the driver
+    is linked to cubin by nvJitLink), never from a newer major, and cuda.bindings' major is
+    the family's: it loads only that major's NVRTC and nvJitLink."""
+    try:
+        wheels = int(bindings_version.split(".")[0])
+    except ValueError:
+        return None
+    have = driver_version // 1000
+    if driver_version <= 0 or wheels <= have:
+        return None
+    family = f"cu{have}" if have in FAMILY_DRIVERS else None
+    fix = (f"install the CUDA {have} family instead: pip install 'kjit[{family}]' (it replaces "
+           f"kjit[cu{wheels}]'s wheels)" if family else "no kjit family supports it")
+    return (f"this machine's driver supports CUDA {have}.{(driver_version % 1000) // 10}, older "
+            f"than the CUDA {wheels} wheels kjit is installed with (cuda-bindings "
+            f"{bindings_version}), and a driver cannot run what a newer CUDA major compiles: "
+            f"{fix}, or update the driver to {FAMILY_DRIVERS.get(wheels, 'a CUDA %d one' % wheels)} "
+            "or newer. Compiling for a named arch and building fatbins still work.")
+
+
+def older_driver(drv: Any) -> str | None:
+    """family_mismatch for this machine's driver (cuda.bindings' driver module `drv`)."""
+    try:
+        import cuda.bindings
+        err, version = drv.cuDriverGetVersion()
+        return family_mismatch(int(version), cuda.bindings.__version__) if not err else None
+    except Exception:   # a check that cannot be made is no reason to refuse the driver
+        return None
+
+
+def family_install_hint() -> str:
+    """What to install when a CUDA library of kjit's family (NVRTC, nvJitLink, nvFatbin) is
+    missing: the family matching the cuda-bindings already installed, else both."""
+    bindings = package_version(("cuda-bindings",))
+    major = bindings[1].split(".")[0] if bindings else ""
+    if major in ("12", "13"):
+        return (f"install kjit's CUDA {major} family: pip install 'kjit[cu{major}]' "
+                f"(cuda-bindings {bindings[1]} is of that family)")  # type: ignore[index]
+    return ("install one of kjit's CUDA families: pip install 'kjit[cu13]' (drivers 580 and "
+            "newer) or 'kjit[cu12]' (drivers 525 and newer)")
