@@ -197,6 +197,16 @@ def test_vmap_sequential_launches_per_element_broadcast_once_on_the_batch():
     assert "(tensor<3x1000xf32>) -> tensor<3x1000xf32>" in text
 
 
+def test_the_custom_vjp_example_traces_forward_and_backward_kernels():
+    import runpy
+    from pathlib import Path
+    example = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "jax_train.py"))
+    x = jnp.linspace(-1, 1, 256, dtype=jnp.float32)
+    loss = lambda w: (example["smooth_relu"](w * x) ** 2).sum()   # noqa: E731  (needs the forward)
+    text = jax.jit(jax.grad(loss)).lower(jnp.float32(0.5)).as_text()
+    assert text.count("@kjit_launch") == 2   # the forward kernel and the backward one
+
+
 # --- XLA calls kjit's handler -------------------------------------------------------------
 def test_xla_registers_and_calls_the_handler_which_refuses_the_cpu():
     f = op()

@@ -104,10 +104,12 @@ def _command_buffer_trait() -> dict[str, Any]:
 def cuda_devices() -> list[Any]:
     """JAX's CUDA devices here (none without a CUDA backend)."""
     import jax
-    try:
-        return [d for d in jax.local_devices(backend="cuda")]
-    except RuntimeError:
-        return []
+    for backend in ("cuda", "gpu"):   # the CUDA plugin's name, then the generic one
+        try:
+            return list(jax.local_devices(backend=backend))
+        except RuntimeError:
+            continue
+    return []
 
 
 class Plan:
