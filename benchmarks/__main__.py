@@ -1,5 +1,6 @@
 """`python -m benchmarks all [--json FILE] [--plot FILE]`: launch cost, compile and cache,
-build, PyTorch (tensor launches, operators, Triton, native ops), and (on two GPUs) device 1
+build, PyTorch (tensor launches, operators, Triton, native ops), JAX (kjit's op against a C++
+FFI handler and a native op: `python -m benchmarks jax`), and (on two GPUs) device 1
 against device 0 and one thread per device, in one run on the GPU machine; prints a table
 last."""
 from __future__ import annotations
@@ -108,6 +109,9 @@ def table(results: dict) -> str:
     if results.get("throughput"):
         from benchmarks.throughput import lines as throughput_lines
         lines += throughput_lines(results["throughput"])
+    if results.get("jax_ops"):
+        from benchmarks.jax_ops import lines as jax_lines
+        lines += jax_lines(results["jax_ops"])
     tu = results.get("tune", {})
     if tu:
         from benchmarks.tune import table as tune_table
@@ -118,6 +122,9 @@ def table(results: dict) -> str:
 
 def targets(results: dict) -> dict[str, bool]:
     out = {}
+    jx = results.get("jax_ops", {})
+    if "ratio" in jx:
+        out[f"JAX op kjit / C++ FFI handler <= {jx['target']}x (median of rounds)"] = jx["ratio"] <= jx["target"]
     launch = results.get("launch", {})
     for name in TARGET_ROWS:
         row = launch.get(name)
@@ -201,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks")
     p.add_argument("which", nargs="?", default="all",
                    choices=["all", "launch", "compile", "build", "multigpu", "headers", "throughput", "tune", "torch",
-                            "graphs", "gil"],
+                            "graphs", "gil", "jax"],
                    help="headers: the toolkit-header kernel's compile figures only (no GPU needed)")
     p.add_argument("--json", help="write the results as JSON here")
     p.add_argument("--plot", help="write the launch-cost plot (PNG) here")
@@ -209,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"machine": machine()}
     sections = {"launch": "launch", "compile": "compile_cache", "build": "build",
                 "multigpu": "multigpu", "throughput": "throughput", "tune": "tune", "torch": "torch_ops",
-                "graphs": "graphs", "gil": "gil"}
+                "graphs": "graphs", "gil": "gil", "jax": "jax_ops"}
     if args.which == "headers":
         from benchmarks.compile_cache import headers_run
         results["headers"] = headers_run()

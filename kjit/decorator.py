@@ -200,6 +200,16 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
         return as_torch_op(self, name, grid=grid, block=block, shared_mem=shared_mem,
                            outputs=outputs)
 
+    def as_jax_op(self, *, grid: Any, block: Any, shared_mem: int = 0,
+                  outputs: dict[str, Any] | None = None, ndim: dict[str, int] | None = None,
+                  vmap: str = "sequential") -> Any:
+        """This kernel as a JAX function (eager, jax.jit, jax.vmap); see
+        kjit.runtime.jax_op.as_jax_op. Compiled (or found in the cache) and loaded in every GPU
+        JAX has when a call is first traced."""
+        from .runtime.jax_op import as_jax_op
+        return as_jax_op(self, grid=grid, block=block, shared_mem=shared_mem, outputs=outputs,
+                         ndim=ndim, vmap=vmap)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise KjitError(f"launch {self.name} with a configuration: {self.name}[grid, block](*args)")
 

@@ -308,6 +308,16 @@ class Kernel(_KernelBase):
         return as_torch_op(self, name, grid=grid, block=block, shared_mem=shared_mem,
                            outputs=outputs)
 
+    def as_jax_op(self, *, grid: Any, block: Any, shared_mem: int = 0,
+                  outputs: dict[str, Any] | None = None, ndim: dict[str, int] | None = None,
+                  vmap: str = "sequential") -> Any:
+        """This kernel as a JAX function (eager, jax.jit, jax.vmap), parameters from its C
+        signature; see kjit.runtime.jax_op.as_jax_op. It runs on every GPU JAX has: the
+        module is loaded in each when a call is first traced."""
+        from .jax_op import as_jax_op
+        return as_jax_op(self, grid=grid, block=block, shared_mem=shared_mem, outputs=outputs,
+                         ndim=ndim, vmap=vmap)
+
     def _pack_slow(self, args: tuple, stream: Any) -> tuple[Any, Any, int, PendingCopies]:
         """Fresh buffers filled by the careful converters: for a launch off the kernel's
         first thread, which must not share its buffer."""
