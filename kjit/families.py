@@ -53,3 +53,20 @@ def family_install_hint() -> str:
                 f"(cuda-bindings {bindings[1]} is of that family)")  # type: ignore[index]
     return ("install one of kjit's CUDA families: pip install 'kjit[cu13]' (drivers 580 and "
             "newer) or 'kjit[cu12]' (drivers 525 and newer)")
+
+
+def other_family_loaded(lib: str, version: tuple[int, int]) -> str | None:
+    """Why a library of another CUDA major than cuda.bindings' is a problem, or None.
+    cuda.pathfinder loads the newest it finds (libnvrtc.so.13 before .so.12), so an environment
+    holding both families' wheels gives cuda-bindings 12 the CUDA 13 NVRTC, whose output a
+    CUDA 12 driver cannot run."""
+    bindings = package_version(("cuda-bindings",))
+    if not bindings or not bindings[1].split(".")[0].isdigit():
+        return None
+    have = int(bindings[1].split(".")[0])
+    if version[0] == have:
+        return None
+    return (f"cuda-bindings {bindings[1]} (kjit's CUDA {have} family) loaded {lib} "
+            f"{version[0]}.{version[1]}, of the CUDA {version[0]} family, from another wheel in "
+            f"this environment: what it makes needs a CUDA {version[0]} driver. Keep one family: "
+            f"uninstall the other's wheels, or pip install 'kjit[cu{version[0]}]'")

@@ -115,3 +115,10 @@ def test_no_nvrtc_installed_says_which_family_to_install(tmp_path, facts_known):
     major = __import__("cuda.bindings").bindings.__version__.split(".")[0]
     assert "NVRTC is not installed" in out.stdout
     assert f"pip install 'kjit[cu{major}]'" in out.stdout, out.stdout
+
+
+def test_a_library_of_the_other_family_is_named(monkeypatch):
+    monkeypatch.setattr(families, "package_version", lambda dists: ("cuda-bindings", "12.9.10"))
+    text = families.other_family_loaded("NVRTC", (13, 0))
+    assert "cuda-bindings 12.9.10" in text and "NVRTC 13.0" in text and "CUDA 13 driver" in text
+    assert families.other_family_loaded("NVRTC", (12, 6)) is None

@@ -25,12 +25,18 @@ def loaded_nvrtc() -> Any:
     it (a plain `pip install kjit` installs no CUDA family)."""
     from cuda.bindings import nvrtc
     try:
-        nvrtc.nvrtcVersion()   # the first call loads libnvrtc
+        _, major, minor = nvrtc.nvrtcVersion()   # the first call loads libnvrtc
     except Exception as exc:   # cuda.pathfinder's DynamicLibNotFoundError, an OSError
         from ..errors import KjitError
         from ..families import family_install_hint
         raise KjitError(f"NVRTC is not installed: {family_install_hint()} "
                         f"[{type(exc).__name__}: {str(exc).strip()}]") from None
+    from ..families import other_family_loaded
+    text = other_family_loaded("NVRTC", (major, minor))
+    if text:
+        import warnings
+        from ..errors import CompileWarning
+        warnings.warn(text, CompileWarning, stacklevel=3)
     return nvrtc
 
 

@@ -129,6 +129,9 @@ static int read_attrs(const kx_attrs* at, int64_t* plan, const int64_t** dims, c
     return found == 7;
 }
 
+/* launches made, for launches(): a call XLA replays from a CUDA graph makes none */
+static uint64_t launches;
+
 static void* call(kx_frame* f, int on_gpu) {
     const kx_api* api = f->api;
     char msg[320];
@@ -192,6 +195,7 @@ static void* call(kx_frame* f, int on_gpu) {
     int r = cu_launch(func, (unsigned)dims[0], (unsigned)dims[1], (unsigned)dims[2], (unsigned)dims[3],
                       (unsigned)dims[4], (unsigned)dims[5], (unsigned)dims[6], sa.stream, params, NULL);
     if (pushed) { void* popped; cu_ctx_pop(&popped); }
+    if (r == 0) __atomic_fetch_add(&launches, 1, __ATOMIC_RELAXED);
     if (r != 0) {
         snprintf(msg, sizeof msg, "kernel %s: cuLaunchKernel failed with CUresult %d (grid %lld,%lld,%lld "
                  "block %lld,%lld,%lld, %lld bytes of dynamic shared memory)", p->name, r,
@@ -321,7 +325,13 @@ static PyObject* abi(PyObject* self, PyObject* noargs) {
 #undef O
 }
 
+/* launches() -> int: cuLaunchKernel calls the handler has made in this process */
+static PyObject* launches_made(PyObject* self, PyObject* noargs) {
+    return PyLong_FromUnsignedLongLong(__atomic_load_n(&launches, __ATOMIC_RELAXED));
+}
+
 static PyMethodDef methods[] = {
+    {"launches", launches_made, METH_NOARGS, "Launches the handler has made (replays make none)."},
     {"bind", bind, METH_NOARGS, "Bind libcuda's entry points (the handler launches once bound)."},
     {"handler", handler, METH_O, "The XLA FFI handler as a PyCapsule."},
     {"set_api_version", set_api_version, METH_VARARGS, "The framework's FFI API version."},

@@ -127,6 +127,7 @@ class JaxOp:
             raise ArgumentError(f"shared_mem must be a byte count, got {shared_mem!r}")
         self.block = _dim3(block, "block") if not callable(block) else block
         self.grid, self.shared_mem, self.specs, self.ndim, self.vmap = grid, shared_mem, outputs, ndim, vmap
+        self._jitted: dict[tuple, Callable] = {}
         kinds, wheres, offset = [], [], 0
         for p in self.params:
             if p.kind == "input":
@@ -156,7 +157,15 @@ class JaxOp:
                                 f"({', '.join(p.name for p in self.inputs)})") from None
         values = [bound.arguments[p.name] for p in self.inputs]
         checked = self._check(values)
-        return self._batched(checked.statics)(*checked.arrays)
+        # One jitted function per set of static scalars: an eager call then costs a cache
+        # lookup in jax.jit, not a trace of the op (under an outer jit it is inlined).
+        fn = self._jitted.get(checked.statics)
+        if fn is None:
+            import jax
+            if len(self._jitted) >= MAX_JITTED:   # each distinct scalar value is a compile
+                self._jitted.pop(next(iter(self._jitted)))
+            fn = self._jitted[checked.statics] = jax.jit(self._batched(checked.statics))
+        return fn(*checked.arrays)
 
     def _check(self, values: list) -> _Checked:
         import jax
@@ -287,6 +296,9 @@ class JaxOp:
                 raise ArgumentError(f"kernel {self.kernel}: the grid function refused the "
                                     f"arguments ({_shapes(shapes)}): {exc}") from None
         return _dim3(grid, f"kernel {self.kernel}: the grid")
+
+
+MAX_JITTED = 256   # jitted functions an op keeps (distinct static scalar values)
 
 
 def _shapes(values: dict) -> str:
