@@ -122,3 +122,39 @@ def test_a_library_of_the_other_family_is_named(monkeypatch):
     text = families.other_family_loaded("NVRTC", (13, 0))
     assert "cuda-bindings 12.9.10" in text and "NVRTC 13.0" in text and "CUDA 13 driver" in text
     assert families.other_family_loaded("NVRTC", (12, 6)) is None
+
+
+def _include(root: Path, rel: str, version: int | None, crt: bool = False) -> Path:
+    d = root / rel
+    d.mkdir(parents=True)
+    if version is not None:
+        (d / "cuda_runtime_api.h").write_text(f"#define CUDART_VERSION {version}\n")
+    if crt:
+        (d / "crt").mkdir()
+        (d / "crt" / "mma.h").write_text("")
+    return d
+
+
+def test_crt_never_comes_from_a_toolkit_of_another_cuda_major(monkeypatch, tmp_path):
+    # CUDA 12 wheels beside a CUDA 13 toolkit (/usr/local/cuda): its include directory would
+    # also answer cuda_fp6.h and the rest, which NVRTC 12 cannot parse
+    from kjit.compiler import toolkit_headers as th
+    cudart = _include(tmp_path / "site", "nvidia/cuda_runtime/include", 12090)
+    toolkit13 = _include(tmp_path, "cuda-13.0/include", 13000, crt=True)
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "site")])
+    monkeypatch.setattr(th, "_toolkit_includes", lambda: [str(toolkit13)])
+    th.crt_dir.cache_clear()
+    try:
+        assert th.crt_dir(str(cudart)) is None
+        # the CUDA 12 family's own crt/: nvidia-cuda-nvcc-cu12's include directory
+        nvcc = _include(tmp_path / "site", "nvidia/cuda_nvcc/include", None, crt=True)
+        th.crt_dir.cache_clear()
+        assert th.crt_dir(str(cudart)) == str(nvcc)
+        # and a toolkit of the same major serves where no wheel does
+        toolkit12 = _include(tmp_path, "cuda-12.9/include", 12090, crt=True)
+        (nvcc / "crt" / "mma.h").unlink()
+        monkeypatch.setattr(th, "_toolkit_includes", lambda: [str(toolkit13), str(toolkit12)])
+        th.crt_dir.cache_clear()
+        assert th.crt_dir(str(cudart)) == str(toolkit12)
+    finally:
+        th.crt_dir.cache_clear()

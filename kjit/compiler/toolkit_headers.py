@@ -35,12 +35,13 @@ LIBS = (("cccl", "cuda/std/version"), ("cudart", "cuda_runtime.h"))
 # wheels installed with `pip install --target` or on PYTHONPATH, which pathfinder's header
 # search (site-packages only) does not look at.
 WHEEL_DIRS = {"cccl": ("nvidia/cu13/include/cccl", "nvidia/cuda_cccl/include"),
-              "cudart": ("nvidia/cu13/include", "nvidia/cuda_runtime/include")}
+              "cudart": ("nvidia/cu13/include", "nvidia/cuda_runtime/include"),
+              "crt": ("nvidia/cuda_nvcc/include",)}   # CUDA 12's crt/ comes with its nvcc wheel
 # The wheels that can provide each, newest naming first.
 PROVIDERS = {"cccl": ("nvidia-cuda-cccl", "nvidia-cuda-cccl-cu13", "nvidia-cuda-cccl-cu12"),
              "cudart": ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12")}
 # Wheels that add to a directory another wheel provides (mma.h includes crt/mma.h).
-ALSO = {"cudart": ("nvidia-cuda-crt",)}
+ALSO = {"cudart": ("nvidia-cuda-crt", "nvidia-cuda-nvcc-cu12")}
 _ENV = ("CONDA_PREFIX", "CUDA_PATH", "CUDA_HOME", "PYTHONUSERBASE")
 # The combinations the test suite has compiled the corpus (tests/corpus) with.
 TESTED = ("NVRTC 13.5 (nvidia-cuda-nvrtc 13.5.37) with nvidia-cuda-cccl 13.3 (CCCL 3.5.0), "
@@ -180,13 +181,31 @@ def crt_dir(cudart: str | None) -> str | None:
     CUDA toolkit's include directory."""
     if cudart is None or os.path.isfile(os.path.join(cudart, CRT_ANCHOR)):
         return None
-    found = _on_sys_path("cudart", CRT_ANCHOR)
-    if found:
-        return found
-    for d in _toolkit_includes():
-        if os.path.isfile(os.path.join(d, CRT_ANCHOR)):
-            return os.path.realpath(d)
+    # only a directory of the runtime headers' CUDA major: a CUDA 13 toolkit's include
+    # directory beside CUDA 12 wheels would also answer cuda_fp6.h and the rest, for NVRTC 12
+    major = cuda_major(cudart)
+    wheels = [d for d in (_on_sys_path("cudart", CRT_ANCHOR), _on_sys_path("crt", CRT_ANCHOR)) if d]
+    for d in wheels + [os.path.realpath(d) for d in _toolkit_includes()]:
+        if os.path.isfile(os.path.join(d, CRT_ANCHOR)) and cuda_major(d) in (major, None):
+            return d
     return None
+
+
+_VERSION = re.compile(rb"#define\s+CUDART_VERSION\s+(\d+)")
+
+
+def cuda_major(include_dir: str) -> int | None:
+    """The CUDA major version of an include directory: its cuda_runtime_api.h's
+    CUDART_VERSION, else the wheel directory's name (nvidia/cu13/include), else None."""
+    try:
+        with open(os.path.join(include_dir, "cuda_runtime_api.h"), "rb") as f:
+            m = _VERSION.search(f.read(1 << 16))
+        if m:
+            return int(m.group(1)) // 1000
+    except OSError:
+        pass
+    m2 = re.search(r"/nvidia/cu(\d+)/include$", include_dir)
+    return int(m2.group(1)) if m2 else None
 
 
 def dirs() -> tuple[str, ...]:
