@@ -171,18 +171,19 @@ class ObjectCode:
         return hash((self.code, self.kind, self.arch))
 
     # --- files ------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike[str]) -> Path:
+    def save(self, path: str | os.PathLike[str], *, sidecar: bool = True) -> Path:
         """Write the bytes as a compiler writes its output (kjit.fileio: a regular file is
         replaced whole, a symlink's target is written, /dev/null or a FIFO is written
         through and never replaced); name-expression symbols and the source's declarations
         (the parameter types kjit.load needs) go to a `<path>.kjit.json` sidecar, which a
-        special file cannot have."""
+        special file cannot have. sidecar=False writes none (and removes one that an earlier
+        save left, which would describe other bytes)."""
         from .fileio import write_file
         path = Path(path)
         if write_file(path, self.code):
             return path
         side = path.with_name(path.name + SIDECAR_SUFFIX)
-        if self.symbols or self.declarations or _needs_arch_sidecar(self):
+        if sidecar and (self.symbols or self.declarations or _needs_arch_sidecar(self)):
             record = {"kind": self.kind, "arch": self.arch, "name": self.name,
                       "symbols": dict(self.symbols), "sha256": sha256(self.code).hexdigest()}
             if self.declarations:

@@ -225,3 +225,30 @@ def test_the_in_place_prune_keeps_the_rest_intact(filled, monkeypatch, saxpy_src
     assert not any(entries_dir.rglob("*.val"))
     again = kjit.compile(saxpy_src, arch="sm_90")     # the cache works on afterwards
     assert not again.cache_hit and kjit.compile(saxpy_src, arch="sm_90").cache_hit
+
+
+def test_ls_and_show_name_kernels_as_cpp_does(template_src):
+    """Not the lowered (mangled) names nor the source's file name: a name expression as
+    written, a C++ kernel by its qualified name (with its parameters where it is overloaded),
+    an extern "C" one as it is; LTO-IR, whose kernels are known after linking, by the name
+    expressions it was compiled with."""
+    src = template_src + r'''
+namespace ns { __global__ void fill(int* p) { p[0] = 1; } }
+__global__ void over(int* p) { p[0] = 1; }
+__global__ void over(float* p) { p[0] = 1; }
+extern "C" __global__ void plain_c(int* p) { p[0] = 1; }
+'''
+    kjit.compile(src, arch="sm_90", name_expressions=["axpy<float>", "axpy<double>"])
+    kjit.compile(src, arch="sm_90", target="ltoir", name_expressions=["axpy<float>"])
+    by_kind = {r["kind"]: r for r in jrun("ls")}
+    assert sorted(by_kind["cubin"]["names"]) == sorted(
+        ["axpy<float>", "axpy<double>", "ns::fill", "over(int*)", "over(float*)", "plain_c"])
+    assert any(k.startswith("_Z") for k in by_kind["cubin"]["kernels"])   # --json keeps both
+    assert by_kind["ltoir"]["names"] == ["axpy<float>"]
+    text = run("ls").output
+    assert "_Z" not in text and "kernel.cu" not in text
+    cubin_line = next(line for line in text.splitlines() if " cubin " in line)
+    assert "axpy<double>" in cubin_line and "ns::fill" in cubin_line and "over(float*)" in cubin_line
+    shown = run("show", by_kind["cubin"]["key"]).output
+    kernels_line = next(line for line in shown.splitlines() if line.startswith("kernels"))
+    assert "ns::fill" in kernels_line and "_Z" not in kernels_line

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,10 @@ def test_relocatable_output_is_still_a_cubin_file(work):
     assert result.exit_code == 0, result.output
     info = json.loads(result.output)
     assert info["kind"] == "object" and info["output"] == "saxpy.cubin"
+    text = run("compile", "saxpy.cu", "--arch", "sm_90", "--relocatable").output
+    assert "(relocatable cubin, sm_90," in text and "object" not in text
+    text = run("inspect", "saxpy.cubin").output
+    assert text.startswith("saxpy.cubin: relocatable cubin,") and "object" not in text
 
 
 def test_compile_json_schema(work):
@@ -76,9 +81,22 @@ def test_compile_json_schema(work):
     assert info["symbols"] == {"axpy<float>": "_Z4axpyIfEvT_PKS0_PS0_i"}
     assert info["entry_points"] == ["_Z4axpyIfEvT_PKS0_PS0_i"]
     assert info["log"] == "" and info["cache_hit"] in (None, False)
-    # the symbols travel with the file
+    # no file but the output unless asked for; with --sidecar the symbols travel with it
     from kjit import ObjectCode
+    assert sorted(p.name for p in work.glob("axpy.cubin*")) == ["axpy.cubin"]
+    assert ObjectCode.from_file(work / "axpy.cubin").symbols == {}
+    run("compile", "axpy.cu", "--arch", "sm_90", "--name-expression", "axpy<float>", "--sidecar")
     assert ObjectCode.from_file(work / "axpy.cubin").symbols == info["symbols"]
+    run("compile", "axpy.cu", "--arch", "sm_90", "--name-expression", "axpy<float>")
+    assert not (work / "axpy.cubin.kjit.json").exists()   # a sidecar of other bytes is gone
+
+
+def test_ltoir_leaves_no_sidecar_unless_asked(work):
+    assert run("compile", "saxpy.cu", "--arch", "sm_90", "--emit", "ltoir").exit_code == 0
+    assert sorted(p.name for p in work.glob("saxpy.*")) == ["saxpy.cu", "saxpy.ltoir"]
+    assert run("compile", "saxpy.cu", "--arch", "sm_90", "--emit", "ltoir", "--sidecar").exit_code == 0
+    from kjit import ObjectCode
+    assert ObjectCode.from_file(work / "saxpy.ltoir").arch == "sm_90"   # LTO-IR bytes hold none
 
 
 def test_compile_options_reach_the_compiler(work):
@@ -226,3 +244,37 @@ def test_argument_errors_speak_shell_and_point_to_the_command_meant(tmp_path, mo
         assert r.exit_code == 2 and "--arch sm_90" in r.output and "arch='sm_90'" not in r.output
     r = run("cache", "show", "12")
     assert r.exit_code == 2 and "not a cache key" in r.output
+
+
+@pytest.mark.parametrize("args,said", [
+    (["--arch", "sm_xx"], "--arch 'sm_xx' is not a CUDA architecture"),
+    (["--arch", "gfx90a"], "(for an AMD GPU pass --backend hip)"),
+    (["--arch", "sm_90", "--emit", "hsaco"], "add --backend hip"),
+    (["--arch", "compute_90"], "--emit cubin (the default) needs a real architecture"),
+    (["--arch", "sm_90", "--max-registers", "0"], "--max-registers must be a whole number in 1..255"),
+    (["--arch", "sm_90", "-D", "1bad"], "-D '1bad' is not a valid macro name"),
+    (["--arch", "sm_90", "--name-expression", ""], "--name-expression '' must not be empty"),
+    (["--backend", "hip", "--arch", "sm_90"], "--arch 'sm_90' is not an AMD GPU target"),
+])
+def test_option_errors_name_the_options(work, args, said):
+    r = run("compile", "saxpy.cu", *args)
+    assert r.exit_code == 2 and said in r.stderr, r.output
+    assert not re.search(r"\b(arch|target|backend|max_registers)=", r.stderr), r.stderr
+
+
+@pytest.mark.parametrize("env,args", [
+    ({"KJIT_CACHE": "maybe"}, ["--arch", "sm_90"]),     # read while the options are checked
+    ({"KJIT_ARCH": "sm_xx"}, []),                        # read for want of --arch (no GPU)
+    ({"KJIT_CACHE_SIZE": "abc"}, ["--arch", "sm_90"]),  # read when the cache opens
+])
+def test_a_bad_setting_is_one_error_line_whatever_reads_it(work, env, args):
+    """In a fresh process, as a user runs it: what a process has already read decides which
+    step reads a setting first."""
+    name = next(iter(env))
+    if name == "KJIT_ARCH" and arch_mod.device_arch() is not None:
+        pytest.skip("a GPU is present: its arch is used, not $KJIT_ARCH")
+    r = subprocess.run([sys.executable, "-m", "kjit.cli.main", "compile", "saxpy.cu", *args],
+                       env=dict(os.environ, PYTHONPATH=str(REPO), **env), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2 and re.match(rf"error: \$?{name}=", r.stderr), r.stderr
+    assert "Usage:" not in r.stderr and len(r.stderr.splitlines()) == 1

@@ -182,3 +182,18 @@ def test_built_reference_documents_every_public_name_and_method(built_site):
 def test_built_site_holds_every_guide(built_site):
     for page in DOCS.glob("*.md"):
         assert (built_site / page.with_suffix(".html").name).is_file(), page.name
+
+
+def test_figures_the_code_defines_are_the_docs_figures():
+    """Where a page states a constant of the code (how much a process hashes without
+    OpenSSL, how often hit counts reach the disk, how much a listing reads of each value of
+    the shared tier), it states the code's value."""
+    from kjit import hashing
+    from kjit.cache import admin, lookup, redis_backend
+    flat = {name: " ".join((DOCS / name).read_text().split())
+            for name in ("performance.md", "cluster.md", "architecture.md")}
+    assert f"for a process's first {hashing.BUILTIN_BUDGET >> 10} KiB" in flat["performance.md"]
+    for page in ("performance.md", "architecture.md"):
+        assert f"at most every {lookup.FLUSH_INTERVAL_S:g} s" in flat[page], page
+    assert (f"a listing reads at most {admin._HEAD >> 10} KiB of each value" in flat["cluster.md"]
+            and f"in requests of at most {redis_backend._BATCH} values" in flat["cluster.md"])

@@ -171,6 +171,16 @@ def test_bad_configs_are_refused_at_decoration(configs, words):
         make(configs, FakeTimer())
 
 
+def test_decorators_in_the_wrong_order_name_the_right_one():
+    """@kjit.kernel over @kjit.autotune hands autotune the bare function: the error says
+    which decorator goes on top, before anything compiles."""
+    with pytest.raises(ArgumentError, match=r"@kjit.autotune goes above @kjit.kernel"):
+        @kjit.kernel
+        @kjit.autotune(configs=[Config(BS=64)])
+        def scale(BS=64):
+            return 'extern "C" __global__ void scale(float* x) {}'
+
+
 def test_bad_config_values():
     with pytest.raises(ArgumentError, match="block must be a positive int"):
         Config(BS=64, block=0)

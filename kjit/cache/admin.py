@@ -266,7 +266,15 @@ def _row(key: str, head: bytes | None, ttl: float | None) -> dict[str, Any] | No
             "size": clen, "name": _text(header.get("name")),
             "namespace": _text(meta.get("namespace")), "label": _text(meta.get("label")),
             "kernels": [n for n in kernels if isinstance(n, str)] if isinstance(kernels, list) else [],
+            "symbols": _names(meta.get("symbols")),
             "created": created if _number(created) else None, "signed": signed, "ttl_s": ttl}
+
+
+def _names(value: Any) -> dict[str, str]:
+    """A header's symbols (name expression -> lowered name), the text pairs of it only."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _text(value: Any) -> str | None:

@@ -10,17 +10,18 @@ import click
 from ..build import COMPRESS_CHOICES, run_build
 from ..errors import KjitError
 from .common import (check_build_archs, compile_flags, compile_options_from_cli, emit, fail,
-                     human_size, json_option, utf8_only)
+                     human_size, json_option, kind_text, sidecar_option, utf8_only)
 
 
 def _text(d: dict[str, Any]) -> str:
-    lines = [f"wrote {d['output']} ({d['kind']}, {human_size(d['size'])}, {len(d['entries'])} "
+    width = max([6] + [len(kind_text(e["kind"])) for e in d["entries"]])
+    lines = [f"wrote {d['output']} ({kind_text(d['kind'])}, {human_size(d['size'])}, {len(d['entries'])} "
              f"entries) in {d['seconds']:.2f} s"]
     for e in d["entries"]:
         verb = "linked" if e.get("linked") else "compiled"
         how = "reused from cache" if e["cache_hit"] else (
             f"{verb} ({e['ms']:.0f} ms)" if e.get("ms") is not None else verb)
-        lines.append(f"  {e['kind']:<6} {e['arch']:<12} {human_size(e['size']):>10}  {how}")
+        lines.append(f"  {kind_text(e['kind']):<{width}} {e['arch']:<12} {human_size(e['size']):>10}  {how}")
     if d["symbols"]:
         lines.append("  names: " + ", ".join(f"{k} -> {v}" for k, v in sorted(d["symbols"].items())))
     cache = f"cache: {d['reused']} of {d['compiles']} compiles reused"
@@ -65,10 +66,11 @@ def _check_inputs(sources, link_files) -> None:
 @click.option("--compress", type=click.Choice(COMPRESS_CHOICES), default="none", show_default=True,
               help="nvFatbin compression of the entries.")
 @click.option("--no-cache", is_flag=True, help="Compile even if the cache has the result.")
+@sidecar_option(True)
 @compile_flags
 @json_option
 def build_cmd(sources, output, archs, ptx_archs, no_ptx, link_files, lto, name_expressions,
-              backend, jobs, compress, no_cache, include_dirs, defines, std, fast_math, line_info,
+              backend, jobs, compress, no_cache, sidecar, include_dirs, defines, std, fast_math, line_info,
               debug, max_registers, relocatable, extra, no_toolkit_headers, no_std_headers,
               no_nvcc_prelude, as_json):
     """Build SOURCES into one fatbin for many GPU architectures (no GPU needed)."""
@@ -95,7 +97,8 @@ def build_cmd(sources, output, archs, ptx_archs, no_ptx, link_files, lto, name_e
                            options=opts, link=link_files, lto=lto,
                            name_expressions=name_expressions, backend=backend, jobs=jobs,
                            compress=compress, cache=not no_cache, progress=progress,
-                           save=lambda obj, path: output_mod.write(obj, path, make_dirs=True))
+                           save=lambda obj, path: output_mod.write(obj, path, make_dirs=True,
+                                                                   sidecar=sidecar))
     except KjitError as exc:
         raise fail(exc)
     finally:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import click
 
 from . import cache_remote
-from .common import confirm_removal, emit, fail, json_option, usage_errors, yes_option
+from .common import (confirm_removal, emit, fail, json_option, kernel_names, kind_text,
+                     usage_errors, yes_option)
 from .common import human_size as _size, timestamp as _when
 from ..errors import KjitError
 
@@ -51,14 +52,17 @@ def ls_cmd(kernel, arch, sort, reverse, limit, remote: bool, as_json: bool) -> N
         raise fail(exc)
     more = bool(page) and len(rows) > page
     rows = rows[:page] if page else rows
+    for r in rows:
+        r["names"] = kernel_names(r)
 
     def text(rows):
         if not rows:
             return "(no entries)"
-        lines = [f"{'KEY':16}  {'KIND':6} {'ARCH':11} {'SIZE':>10} {'HITS':>5}  {'LAST USED':19}  KERNELS"]
+        width = max([6] + [len(kind_text(r.get("kind"))) for r in rows])
+        lines = [f"{'KEY':16}  {'KIND':{width}} {'ARCH':11} {'SIZE':>10} {'HITS':>5}  {'LAST USED':19}  KERNELS"]
         for r in rows:
-            kernels = ", ".join(r.get("kernels") or []) or r.get("label") or ""
-            lines.append(f"{r['key'][:16]}  {r.get('kind', ''):6} {str(r.get('arch') or '-'):11} "
+            kernels = ", ".join(r["names"]) or "-"
+            lines.append(f"{r['key'][:16]}  {kind_text(r.get('kind')):{width}} {str(r.get('arch') or '-'):11} "
                          f"{_size(r.get('size')):>10} {r.get('hits', 0):>5}  "
                          f"{_when(r.get('last_used')):19}  {kernels}")
         if more:
@@ -84,12 +88,13 @@ def show_cmd(key: str, with_source: bool, as_json: bool) -> None:
         raise fail(exc)
     if not with_source:
         info.pop("source", None)
+    info["names"] = kernel_names(info)
 
     def text(d):
         lines = [f"key        {d['key']}",
-                 f"kind       {d.get('kind')}   arch {d.get('arch')}   size {_size(d.get('size'))}",
+                 f"kind       {kind_text(d.get('kind'))}   arch {d.get('arch')}   size {_size(d.get('size'))}",
                  f"name       {d.get('name')}   ({d.get('namespace')})",
-                 f"kernels    {', '.join(d.get('kernels') or []) or '-'}",
+                 f"kernels    {', '.join(d['names']) or '-'}",
                  f"compiler   {d.get('compiler') or '-'}",
                  f"created    {_when(d.get('created'))}   last used {_when(d.get('last_used'))}   "
                  f"hits {d.get('hits', 0)}   build {d.get('create_ms')} ms"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import confirm_removal, emit, fail, json_option
+from .common import confirm_removal, emit, fail, json_option, kernel_names, kind_text
 from .common import human_size as _size, timestamp as _when
 from ..errors import KjitError
 
@@ -28,18 +28,22 @@ def ls(limit, as_json: bool) -> None:
         rows = _ops().ls_remote(limit=limit)
     except KjitError as exc:
         raise fail(exc)
+    for r in rows:
+        if "kernels" in r:
+            r["names"] = kernel_names(r)
 
     def text(rows):
         if not rows:
             return "(no entries in the remote cache)"
-        lines = [f"{'KEY':16}  {'KIND':6} {'ARCH':11} {'SIZE':>10} {'SIGNED':6} {'EXPIRES':>8}  "
+        width = max([6] + [len(kind_text(r.get("kind"))) for r in rows])
+        lines = [f"{'KEY':16}  {'KIND':{width}} {'ARCH':11} {'SIZE':>10} {'SIGNED':6} {'EXPIRES':>8}  "
                  f"{'CREATED':19}  KERNELS"]
         for r in rows:
             if r.get("error") or r.get("note"):
                 lines.append(f"{r['key'][:16]}  ({r.get('error') or r['note']})")
                 continue
-            kernels = ", ".join(r.get("kernels") or []) or r.get("label") or ""
-            lines.append(f"{r['key'][:16]}  {r.get('kind') or '':6} {str(r.get('arch') or '-'):11} "
+            kernels = ", ".join(r["names"]) or "-"
+            lines.append(f"{r['key'][:16]}  {kind_text(r.get('kind')):{width}} {str(r.get('arch') or '-'):11} "
                          f"{_size(r.get('size')):>10} {'yes' if r['signed'] else 'no':6} "
                          f"{_ttl(r.get('ttl_s')):>8}  {_when(r.get('created')):19}  {kernels}")
         return "\n".join(lines)

@@ -4,11 +4,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from typing import Any, Callable, Iterator
 
 import click
 
 from ..errors import InvalidOptionError, KjitError
+from ..settings import SettingError
 from .failures import CommandFailed, with_warnings
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
@@ -16,11 +18,45 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print machin
 @contextlib.contextmanager
 def usage_errors() -> Iterator[None]:
     """An InvalidOptionError raised while checking the command line's values (before any
-    input is read) is a usage error: exit 2, "UsageError" in --json."""
+    input is read) is a usage error: exit 2, "UsageError" in --json, said in the command
+    line's terms. A KJIT_* setting read meanwhile is no part of the command line: its
+    SettingError goes on, to be reported as every bad setting is (one `error:` line, no
+    usage block; exit 2)."""
     try:
         yield
+    except SettingError:
+        raise
     except InvalidOptionError as exc:
-        raise click.UsageError(str(exc), click.get_current_context(silent=True)) from None
+        raise click.UsageError(shell_terms(str(exc)),
+                               click.get_current_context(silent=True)) from None
+
+
+# kjit.compile's words for its arguments -> the command line's options
+_SHELL_TERMS = [
+    (re.compile(r"^arch '"), "--arch '"),
+    (re.compile(r"backend='(\w+)'"), r"--backend \1"),
+    (re.compile(r"^target[= ]'(\w+)'"), r"--emit \1"),
+    (re.compile(r"^max_registers must be an int in"), "--max-registers must be a whole number in"),
+    (re.compile(r"^name expression (.*) must be a non-empty string"), r"--name-expression \1 must not be empty"),
+    (re.compile(r"^define name "), "-D "),
+    (re.compile(r"^include directory "), "-I "),
+]
+
+
+def shell_terms(message: str) -> str:
+    """An argument error of kjit's functions said with the options of the command line:
+    `--arch 'sm_xx'` and `--emit ltoir`, not arch='sm_xx' and target='ltoir'."""
+    for pattern, words in _SHELL_TERMS:
+        message = pattern.sub(words, message)
+    return message
+
+
+def sidecar_option(default: bool) -> Callable:
+    """--sidecar/--no-sidecar: whether `<output>.kjit.json` is written beside the output."""
+    return click.option(
+        "--sidecar/--no-sidecar", default=default, show_default=True,
+        help="Also write OUTPUT.kjit.json: the name expressions, the kernels' parameter types "
+             "and an arch the bytes cannot hold, which kjit.load and kjit inspect read back.")
 
 
 yes_option = click.option("--yes", "-y", is_flag=True,
@@ -73,6 +109,32 @@ def human_size(n) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+_KIND_WORDS = {"object": "relocatable cubin"}   # kjit's kind for an ELF of e_type ET_REL
+
+
+def kind_text(kind: Any) -> str:
+    """A kind as the text output says it: `object` (the kind's name in --json and the API)
+    is a relocatable cubin (-rdc), the others as they are."""
+    return _KIND_WORDS.get(kind, str(kind or ""))
+
+
+def kernel_names(row: dict[str, Any]) -> list[str]:
+    """A cache entry's kernels as C++ calls them, for `kjit cache ls` and `show`: a lowered
+    name a name expression gave as that expression (`scale<float>`), another mangled name
+    demangled (`ns::fill`, with its parameters where two kernels share the name), an
+    `extern "C"` name as it is. An entry whose kernels are known only after linking (LTO-IR)
+    gives its name expressions, if any."""
+    from ..runtime.mangled import demangle, function_name
+    symbols = row.get("symbols") if isinstance(row.get("symbols"), dict) else {}
+    by_lowered = {v: k for k, v in symbols.items() if isinstance(k, str) and isinstance(v, str)}
+    kernels = [k for k in row.get("kernels") or [] if isinstance(k, str)]
+    if not kernels:
+        return list(by_lowered.values())
+    named = [by_lowered.get(k) or (function_name(k) or (k,))[0] for k in kernels]
+    return [n if named.count(n) == 1 or k in by_lowered else demangle(k) or n
+            for k, n in zip(kernels, named)]
 
 
 def fail(exc: KjitError) -> "click.ClickException":
@@ -144,6 +206,8 @@ def check_compile_request(arch, target, backend, options, name_expressions=()) -
         try:
             make_request("", arch=arch, target=target, options=options, backend=backend,
                          name_expressions=name_expressions)
+        except SettingError:
+            raise
         except InvalidOptionError as exc:
             raise InvalidOptionError(_in_shell_terms(str(exc), arch, target)) from None
 
@@ -152,7 +216,11 @@ def _in_shell_terms(message: str, arch: Any, target: Any) -> str:
     """An argument error of kjit.compile said as the command line's options: `--arch`, not
     arch='sm_90', and the command that does what was likely meant."""
     message = message.replace("pass arch='sm_90' (or --arch sm_90)", "pass --arch sm_90")
+    if target is None:
+        message = message.replace("target 'cubin' needs", "--emit cubin (the default) needs", 1)
     text = str(arch or "")
+    if target == "hsaco" and "backend='hip'" not in message and "--backend hip" not in message:
+        message += "\nhsaco is the HIP backend's code object: add --backend hip (and a gfx --arch)"
     if "," in text:
         message += (f"\n`kjit compile` makes one binary for one --arch; for several in one fatbin: "
                     f"kjit build SOURCE --arch {text} -o out.fatbin")

@@ -8,7 +8,7 @@ import click
 
 from ..errors import KjitError
 from .common import (check_compile_request, compile_flags, compile_options_from_cli, emit, fail,
-                     json_option, utf8_only)
+                     json_option, kernel_names, kind_text, sidecar_option, utf8_only)
 
 
 # A relocatable cubin (kind "object", from --relocatable) is still a .cubin file.
@@ -25,9 +25,11 @@ _SUFFIX = {"object": ".cubin"}
 @click.option("--name-expression", "name_expressions", multiple=True,
               help="A template instantiation to compile and name, e.g. 'axpy<float>'.")
 @click.option("--no-cache", is_flag=True, help="Compile even if the cache has the result.")
+@sidecar_option(False)
 @compile_flags
 @json_option
-def compile_cmd(source, arch, target, backend, output, name_expressions, no_cache, include_dirs,
+def compile_cmd(source, arch, target, backend, output, name_expressions, no_cache, sidecar,
+                include_dirs,
                 defines, std, fast_math, line_info, debug, max_registers, relocatable, extra,
                 no_toolkit_headers, no_std_headers,
                 no_nvcc_prelude, as_json):
@@ -51,14 +53,14 @@ def compile_cmd(source, arch, target, backend, output, name_expressions, no_cach
                            name=source_name(source), cache=not no_cache)
         out = output or str(src_path.with_suffix(_SUFFIX.get(obj.kind, "." + obj.kind)))
         output_mod.check(out, [source], as_json)
-        written = output_mod.write(obj, out)
+        written = output_mod.write(obj, out, sidecar=sidecar)
     except KjitError as exc:
         raise fail(exc)
     info = {"output": written, "kind": obj.kind, "arch": obj.arch, "size": len(obj.code),
             "entry_points": list(obj.entry_points), "symbols": dict(obj.symbols),
             "log": obj.log, "cache_hit": obj.cache_hit}
     emit(info, as_json, lambda d: (
-        f"wrote {d['output']} ({d['kind']}, {d['arch']}, {d['size']} bytes); "
-        f"kernels: {', '.join(d['entry_points']) or '(none)'}"
+        f"wrote {d['output']} ({kind_text(d['kind'])}, {d['arch']}, {d['size']} bytes); "
+        f"kernels: {', '.join(kernel_names({'kernels': d['entry_points'], 'symbols': d['symbols']})) or '(none)'}"
         + (f"\n{d['log'].strip()}" if d["log"].strip() else "")),
         err=output_mod.summary_to_stderr(output))

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..errors import KjitError
-from .common import emit, fail, human_size, json_option
+from .common import emit, fail, human_size, json_option, kind_text
 
 
 def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -70,7 +70,8 @@ def _dash(v: Any) -> str:
 
 
 def _text(d: dict[str, Any]) -> str:
-    lines = [f"{d['file']}: {d['kind']}, {human_size(d['size'])}"
+    width = max([6] + [len(kind_text(e["kind"])) for e in d["entries"]])
+    lines = [f"{d['file']}: {kind_text(d['kind'])}, {human_size(d['size'])}"
              + (f", {len(d['entries'])} entries" if d["kind"] in ("fatbin", "hipfb") else "")]
     for e in d["entries"]:
         extra = []
@@ -81,7 +82,7 @@ def _text(d: dict[str, Any]) -> str:
             extra.append(f"PTX ISA {e['ptx_version']}")
         if e.get("note"):
             extra.append(e["note"])
-        lines.append(f"  {e['kind']:<6} {e['arch'] or '?':<12} {human_size(e['size']):>10}"
+        lines.append(f"  {kind_text(e['kind']):<{width}} {e['arch'] or '?':<12} {human_size(e['size']):>10}"
                      + (f"  ({'; '.join(extra)})" if extra else ""))
         ks = e["kernels"]
         if ks and "registers" in ks[0]:

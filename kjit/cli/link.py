@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..errors import KjitError
-from .common import check_link_arch, emit, fail, json_option, usage_errors
+from .common import check_link_arch, emit, fail, json_option, sidecar_option, usage_errors
 
 DEFAULT_OUTPUT = "linked.cubin"
 
@@ -26,9 +26,10 @@ DEFAULT_OUTPUT = "linked.cubin"
               help="Link libcudadevrt.a (default: when the code launches kernels from the device).")
 @click.option("-X", "--extra", multiple=True, help="A raw nvJitLink flag (repeatable; selects nvJitLink).")
 @click.option("--no-cache", is_flag=True, help="Link even if the cache has the result.")
+@sidecar_option(False)
 @json_option
 def link_cmd(inputs, arch, backend, lto, output, max_registers, optimization_level, line_info,
-             debug, verbose, fast_math, device_runtime, extra, no_cache, as_json):
+             debug, verbose, fast_math, device_runtime, extra, no_cache, sidecar, as_json):
     """Link INPUTS (kinds are read from the bytes; .a archives are libraries) into a cubin."""
     from ..linker import LinkOptions, link
     from . import output as output_mod
@@ -45,7 +46,7 @@ def link_cmd(inputs, arch, backend, lto, output, max_registers, optimization_lev
             check_input(f, MAX_BINARY_BYTES, "link input")
         res = link(list(inputs), arch=arch, backend=backend, lto=lto, options=options,
                    cache=not no_cache)
-        written = output_mod.write(res.object, out)
+        written = output_mod.write(res.object, out, sidecar=sidecar)
     except KjitError as exc:
         raise fail(exc)
     info = {"output": written, "kind": res.object.kind, "arch": res.arch, "size": len(res.code),

@@ -48,9 +48,11 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def write(obj: Any, output: str | os.PathLike[str], *, make_dirs: bool = False) -> str:
-    """Write an ObjectCode to `output` (STDOUT: standard output); returns what to call it
-    in messages. OutputError says what failed."""
+def write(obj: Any, output: str | os.PathLike[str], *, make_dirs: bool = False,
+          sidecar: bool = False) -> str:
+    """Write an ObjectCode to `output` (STDOUT: standard output), with its `.kjit.json`
+    sidecar only if `sidecar`; returns what to call it in messages. OutputError says what
+    failed."""
     if str(output) == STDOUT:
         stream = sys.stdout.buffer
         try:
@@ -63,7 +65,7 @@ def write(obj: Any, output: str | os.PathLike[str], *, make_dirs: bool = False) 
     try:
         if make_dirs and not path.parent.is_dir():
             path.parent.mkdir(parents=True, exist_ok=True)
-        obj.save(path)
+        obj.save(path, sidecar=sidecar)
     except OSError as exc:
         raise OutputError(f"cannot write {output}: {exc.strerror or exc}") from None
     return str(output)
