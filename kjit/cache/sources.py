@@ -50,11 +50,11 @@ def holds(path: str, size: int) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_size == size
 
 
-def ensure(sources_dir: str, text: str, name: str) -> OSError | None:
+def ensure(sources_dir: str, text: str, name: str, path: str | None = None) -> OSError | None:
     """Make sure `text`, compiled under `name`, is kept below `sources_dir` (written if its
-    file is missing or of another size). Never raises: what stopped the write is returned
-    (and counted), for the caller to say."""
-    path = file_in(sources_dir, text, name)
+    file is missing or of another size; `path`: its file_in, if known). Never raises: what
+    stopped the write is returned (and counted), for the caller to say."""
+    path = path or file_in(sources_dir, text, name)
     try:
         data = text.encode()
         if holds(path, len(data)):

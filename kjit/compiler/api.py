@@ -96,7 +96,7 @@ def compile(source: str, *, arch=None, target: str | None = None,
     memo = _memo.get(sig) if sig is not None else None
     if memo is not None and memo.valid():
         if memo.kept is not None:   # its binary names kept files: there, also after a prune
-            _keep(memo.kept)
+            _keep(memo.kept.req, memo.kept)
         try:
             return lookup_hashed(memo.key, NAMESPACE, memo.create, label=memo.label, meta=memo.meta,
                                  t0=t0, check=memo.check)
@@ -350,9 +350,9 @@ def _warn_once(message: str) -> None:
 
 
 # --- the key of a call seen before, in this process -------------------------------------------
-def _keep(req: CompileRequest) -> None:
+def _keep(req: CompileRequest, plan: Any = None) -> None:
     from .kept import keep
-    keep(req)
+    keep(req, plan)
 
 
 class _Memo:
@@ -363,7 +363,10 @@ class _Memo:
         self.check, self.meta, self.label = keyed.check, keyed.meta, keyed.label
         self.token: Any = None
         self.checks = 0
-        self.kept = req if req.sources_dir is not None else None
+        self.kept: Any = None
+        if req.sources_dir is not None:
+            from .kept import Plan
+            self.kept = Plan(req)
 
     def valid(self) -> bool:
         snap = self.snapshot

@@ -59,13 +59,25 @@ def files(req: Any) -> list[tuple[str, str]]:
     return [(req.source, req.name), *((t, n) for n, t in headers.items())]
 
 
-def keep(req: Any) -> None:
+class Plan:
+    """What a request keeps, worked out once (hashing a large source on every repeat of a
+    memoised call would cost more than the lookup): for kjit.compile's memo."""
+
+    __slots__ = ("req", "paths")
+
+    def __init__(self, req: Any):
+        from ..cache import sources
+        self.req = req
+        self.paths = [(sources.file_in(req.sources_dir, t, n), t, n) for t, n in files(req)]
+
+
+def keep(req: Any, plan: Plan | None = None) -> None:
     """Make sure every file the request's binary names is there (never raises)."""
     if req.sources_dir is None:
         return
     from ..cache import sources
-    for text, name in files(req):
-        failed = sources.ensure(req.sources_dir, text, name)
+    for path, text, name in (plan or Plan(req)).paths:
+        failed = sources.ensure(req.sources_dir, text, name, path)
         if failed is not None and req.sources_dir not in _warned:
             _warned.add(req.sources_dir)   # once per directory: every compile would fail alike
             import warnings

@@ -70,7 +70,7 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
                    sources_dir: str | None = None) -> tuple[bytes, str, dict[str, str], float]:
     """Compile with NVRTC. Returns (code, log, lowered names, milliseconds). `search`: the
     compile's SearchPath (compiler/search.py): its in-memory headers and toolkit directories.
-    `sources_dir`: where the source and the user's in-memory headers are kept, for the line
+    `sources_dir`: where the source and its in-memory headers are kept, for the line
     table to name (compiler/kept.py).
     A fork waits for it, program made to program destroyed (forkgate.py)."""
     from .forkgate import compiling
