@@ -178,7 +178,8 @@ def env_choice(name: str, choices: Mapping[str, str], env: Mapping[str, str] | N
 
 
 # --- the variables ----------------------------------------------------------------------------
-SWITCHES = {"KJIT_CACHE": True, "KJIT_CACHE_SAVE_SOURCE": False, "KJIT_HEADER_WATCH": True,
+SWITCHES = {"KJIT_CACHE": True, "KJIT_CACHE_SAVE_SOURCE": False, "KJIT_DEBUG_SOURCES": True,
+            "KJIT_HEADER_WATCH": True,
             "KJIT_OBSERVE": True, "KJIT_PCH": True, "KJIT_REMOTE_CACHE_UNSIGNED": False}
 ENV_CACHE = "KJIT_CACHE"
 ENV_SIZE, DEFAULT_SIZE = "KJIT_CACHE_SIZE", 1 << 30

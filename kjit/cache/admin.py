@@ -119,7 +119,14 @@ def stats() -> dict[str, Any]:
             "misses": misses, "hit_rate": round(hits / (hits + misses), 4) if hits + misses else None,
             "unreadable": disk.foreign_rows(), "read_only": disk.read_only,
             "unstorable": int(disk.tables()[1].get_number("stat:unstorable") or 0),
-            "session": dict(c.session), "remote": _remote_counts(disk)}
+            "session": dict(c.session), "remote": _remote_counts(disk), "sources": _sources(c.path)}
+
+
+def _sources(path: Path) -> dict[str, int]:
+    """The kept sources (kjit.cache.sources): on disk, and this process's writes."""
+    from . import sources
+    files, size = sources.volume(path)
+    return {"files": files, "bytes": size, **sources.counts}
 
 
 def _remote_counts(disk: Any) -> dict[str, Any]:

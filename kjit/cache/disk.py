@@ -338,6 +338,8 @@ class DiskStore(StoreReads):
             for f in locks.glob("*.lock"):
                 with contextlib.suppress(OSError):
                     f.unlink()  # unlink never follows a link
+        from . import sources
+        sources.clear(self.path)   # kept for debuggers: no entry left names them
         headers = self.path / "headers"  # manifests (kjit.compiler.manifest)
         if headers.is_dir() and not headers.is_symlink():
             for sub in headers.iterdir():

@@ -89,7 +89,23 @@ def _prune(disk: Any, limit: int | None, cutoff: float | None) -> dict[str, Any]
         removed += disk.evict_lru(limit)
     disk.forget_orphans()
     return {"removed": len(removed), "bytes_freed": int(sum(sizes.get(k, 0) for k in removed)),
-            "keys": removed, "entries_left": len(keys) - len(removed), "disk_bytes": disk.volume()}
+            "keys": removed, "entries_left": len(keys) - len(removed), "disk_bytes": disk.volume(),
+            "sources_removed": prune_sources(disk.path, usage)}
+
+
+def prune_sources(path: Path, usage: Any) -> int:
+    """Remove the kept sources (kjit.cache.sources) that no entry's metadata names."""
+    from . import sources
+    if not (path / sources.SUBDIR).is_dir():
+        return 0
+    import json
+    metas = []
+    for _, text in usage.texts("meta:"):
+        try:
+            metas.append(json.loads(text))
+        except ValueError:
+            continue
+    return sources.prune(path, sources.named_by(m for m in metas if isinstance(m, dict)))
 
 
 def _in_place(store: Any, limit: int | None, cutoff: float | None) -> dict[str, Any]:
@@ -243,7 +259,7 @@ def prune_in_place(path: Path, limit: int | None, cutoff: float | None) -> dict:
             removed += _evict(store, limit, [k for k in keys if k not in set(removed)], used)
         return {"removed": len(removed), "bytes_freed": int(sum(sizes.get(k, 0) for k in removed)),
                 "keys": removed, "entries_left": len(keys) - len(removed),
-                "disk_bytes": store.volume()}
+                "disk_bytes": store.volume(), "sources_removed": prune_sources(path, usage)}
     finally:
         store.close()
 

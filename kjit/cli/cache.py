@@ -137,8 +137,17 @@ def stats_cmd(remote: bool, as_json: bool) -> None:
                    "removes them)" if d["unreadable"] else "")
                 + (f"\nunstorable {d['unstorable']} results returned but not stored (a header "
                    "changed while it compiled)" if d.get("unstorable") else "")
+                + _sources_line(d.get("sources") or {})
                 + cache_remote.local_lines(d))
     emit(s, as_json, text)
+
+
+def _sources_line(d: dict) -> str:
+    """The kept sources' line (docs/debugging.md), where there are any or one failed."""
+    if not d.get("files") and not d.get("failed"):
+        return ""
+    failed = f"; {d['failed']} could not be written" if d.get("failed") else ""
+    return f"\nsources    {d.get('files', 0)} kept for debuggers ({_size(d.get('bytes', 0))}{failed})"
 
 
 @cache_group.command("clear")
@@ -178,7 +187,9 @@ def prune_cmd(max_size, older_than, as_json: bool) -> None:
     except KjitError as exc:
         raise fail(exc)
     emit(r, as_json, lambda d: f"removed {d['removed']} entries ({_size(d['bytes_freed'])}); "
-                               f"{d['entries_left']} left")
+                               f"{d['entries_left']} left" + (
+                                   f"; {d['sources_removed']} kept sources no entry names"
+                                   if d.get("sources_removed") else ""))
 
 
 @cache_group.command("verify")

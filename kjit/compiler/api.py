@@ -84,6 +84,8 @@ def compile(source: str, *, arch=None, target: str | None = None,
                                        name_expressions=name_expressions, backend=backend,
                                        name=name)
         path = search.for_options(req.options, req.backend)
+        if req.sources_dir is not None:
+            _keep(req)
         return bypass(NAMESPACE, partial(compile_uncached, req, path), req.name)
     if arch is None:  # the current device (or $KJIT_ARCH): may differ from call to call
         arch = arch_mod.resolve(None, backend).name
@@ -93,6 +95,8 @@ def compile(source: str, *, arch=None, target: str | None = None,
     sig = _signature(source, arch, target, backend, name, name_expressions, options)
     memo = _memo.get(sig) if sig is not None else None
     if memo is not None and memo.valid():
+        if memo.kept is not None:   # its binary names kept files: there, also after a prune
+            _keep(memo.kept.req, memo.kept)
         try:
             return lookup_hashed(memo.key, NAMESPACE, memo.create, label=memo.label, meta=memo.meta,
                                  t0=t0, check=memo.check)
@@ -102,6 +106,8 @@ def compile(source: str, *, arch=None, target: str | None = None,
     req = _request or make_request(source, arch=arch, target=target, options=options,
                                    name_expressions=name_expressions, backend=backend, name=name)
     path = search.for_options(req.options, req.backend)
+    if req.sources_dir is not None:   # before compiling: a hit's binary names them too
+        _keep(req)
     for _ in range(_RETRIES):
         try:
             keyed = _derive_key(req, path)
@@ -116,7 +122,7 @@ def compile(source: str, *, arch=None, target: str | None = None,
             unstorable(NAMESPACE, req.name)
             return keyed.made.obj.with_(cache_hit=None)
         if sig is not None:
-            _remember(sig, keyed)
+            _remember(sig, keyed, req)
         create, check = (keyed.made, keyed.made_check) if keyed.made else (keyed.create, keyed.check)
         stored = False
         try:
@@ -176,7 +182,7 @@ def compile_uncached(req: CompileRequest, path: search.SearchPath | None = None,
             from . import nvrtc
             code, log, symbols, ms = nvrtc.compile_source(
                 req.source, name=req.name, arch=req.arch, target=req.target, options=req.options,
-                name_expressions=req.name_expressions, search=path)
+                name_expressions=req.name_expressions, search=path, sources_dir=req.sources_dir)
     from .pch import note  # how a precompiled header served this compile, if one did
     used = note() if req.backend != "hip" else None
     if isinstance(job, Observed):
@@ -344,14 +350,23 @@ def _warn_once(message: str) -> None:
 
 
 # --- the key of a call seen before, in this process -------------------------------------------
-class _Memo:
-    __slots__ = ("key", "snapshot", "create", "check", "meta", "label", "token", "checks")
+def _keep(req: CompileRequest, plan: Any = None) -> None:
+    from .kept import keep
+    keep(req, plan)
 
-    def __init__(self, keyed: Keyed):
+
+class _Memo:
+    __slots__ = ("key", "snapshot", "create", "check", "meta", "label", "token", "checks", "kept")
+
+    def __init__(self, keyed: Keyed, req: CompileRequest):
         self.key, self.snapshot, self.create = keyed.key, keyed.snapshot, keyed.create
         self.check, self.meta, self.label = keyed.check, keyed.meta, keyed.label
         self.token: Any = None
         self.checks = 0
+        self.kept: Any = None
+        if req.sources_dir is not None:
+            from .kept import Plan
+            self.kept = Plan(req)
 
     def valid(self) -> bool:
         snap = self.snapshot
@@ -380,13 +395,13 @@ def _watch() -> Any:
     return _watch_mod
 
 
-def _remember(sig: tuple, keyed: Keyed) -> None:
+def _remember(sig: tuple, keyed: Keyed, req: CompileRequest) -> None:
     snap = keyed.snapshot
     if snap is not None and snap.env:   # (read from a manifest another process filed)
         watch_env(sig[3], snap.env)
     if len(_memo) >= _MEMO_MAX:
         _memo.clear()
-    _memo[sig] = _Memo(keyed)
+    _memo[sig] = _Memo(keyed, req)
 
 
 def _signature(source: Any, arch: Any, target: Any, backend: Any, name: Any, exprs: Any,

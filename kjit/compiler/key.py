@@ -1,7 +1,8 @@
 """The compile key: what describes a request (namespace "compile"), what its manifest is filed
 under, and the key of an observed compile, from what the compiler read.
 
-The key covers: the source, its name, every file the compiler read with its contents, every
+The key covers: the source, its name, where its source is kept for debuggers (when line or
+debug information names it in the binary, compiler/kept.py), every file the compiler read with its contents, every
 environment variable it read with its value (or its absence), the in-memory headers, all options after normalisation, name expressions, target, arch, backend,
 the compiler's identity and version, the environment variables that change compilation
 (kjit.cache.key.KEY_ENV_VARS) and the cache schema version.
@@ -52,6 +53,8 @@ def watch_env(backend: str, names: Any) -> None:
 def _start_watching() -> None:
     for backend in set(KEY_ENV_VARS) | set(PORTABLE_ENV):
         watch_env(backend, KEY_ENV_VARS.get(backend, ()) + PORTABLE_ENV.get(backend, ()))
+    # where a debuggable compile's sources are kept, and whether they are (compiler/kept.py)
+    watch_env("cuda", ("KJIT_CACHE_DIR", "KJIT_DEBUG_SOURCES"))
 
 
 def _warn_unkeyable(name: str, why: str) -> None:
@@ -80,6 +83,8 @@ def describe(req: Any, res: Any) -> dict[str, Any]:
         "target": req.target, "backend": req.backend, "options": req.options.describe(),
         "name_expressions": list(req.name_expressions), "compiler": compiler_identity(req.backend),
         "env": env_fingerprint(req.backend), **(_headers_key(res, req.options) if res is not None else {}),
+        # the kept sources' directory: the binary's line table names files below it
+        **({"sources_dir": req.sources_dir} if getattr(req, "sources_dir", None) else {}),
     }
 
 
@@ -181,8 +186,12 @@ class Described:
     def meta(self) -> dict[str, Any]:
         """An entry's metadata: the key's description (`desc`, once known, else the one
         without headers), the source and its digest (the lookup would hash it again)."""
-        return {"key": dict(self.base) if self.desc is None else self.desc,
-                "source": self.req.source, "source_sha256": self.base["source_sha256"]}
+        out = {"key": dict(self.base) if self.desc is None else self.desc,
+               "source": self.req.source, "source_sha256": self.base["source_sha256"]}
+        if self.req.sources_dir is not None:   # what `kjit cache prune` keeps for this entry
+            from .kept import kept_paths
+            out["kept_sources"] = kept_paths(self.req)
+        return out
 
 
 def manifest_key(req: Any, path: Any, observed: bool = False) -> str:

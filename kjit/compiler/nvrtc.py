@@ -1,6 +1,7 @@
 """CUDA C++ to PTX, cubin or LTO-IR through NVRTC (cuda.bindings.nvrtc); no GPU needed."""
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import time
@@ -65,10 +66,12 @@ def _warn_if_no_kernel(source: str, code: bytes, target: str, name: str) -> None
 
 
 def compile_source(source: str, *, name: str, arch: str, target: str, options: CompileOptions,
-                   name_expressions: Sequence[str] = (), search: Any = None
-                   ) -> tuple[bytes, str, dict[str, str], float]:
+                   name_expressions: Sequence[str] = (), search: Any = None,
+                   sources_dir: str | None = None) -> tuple[bytes, str, dict[str, str], float]:
     """Compile with NVRTC. Returns (code, log, lowered names, milliseconds). `search`: the
     compile's SearchPath (compiler/search.py): its in-memory headers and toolkit directories.
+    `sources_dir`: where the source and its in-memory headers are kept, for the line
+    table to name (compiler/kept.py).
     A fork waits for it, program made to program destroyed (forkgate.py)."""
     from .forkgate import compiling
     with compiling():
@@ -80,18 +83,23 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
         path = search if search is not None else SearchPath(options.headers, (), ())
         # the toolkit's directories go last, after the user's -I flags and any in `extra`
         flags = nvrtc_flags(options, arch, target) + [f"-I{d}" for d in path.automatic_dirs]
-        headers = path.headers
+        headers, text, shown = path.headers, source, None
+        if sources_dir is not None:
+            from .kept import program
+            text, headers, shown = program(source, name, headers, sources_dir)
         t0 = time.perf_counter()
         # -I flags in `extra` given relative follow the working directory: not anchors
         anchored = path.dirs if not path.relative else tuple(options.include_dirs) + path.automatic_dirs
 
         # A precompiled header (pch.py) serves the compile where one pays; NVRTC refusing it
         # (counted) means one more compile without it, whose observation alone keys the result.
-        with pch.attempt(source, name, flags, headers, anchored) as use:
+        # (none for kept sources: each source's prologue would start with its own #line)
+        with (pch.attempt(text, name, flags, headers, anchored) if shown is None
+              else contextlib.nullcontext(None)) as use:
             while True:
                 mark = observe.mark()
                 err, prog = nvrtc.nvrtcCreateProgram(
-                    source.encode(), name.encode(), len(headers),
+                    text.encode(), name.encode(), len(headers),
                     [h.encode() for h in headers.values()], [k.encode() for k in headers])
                 _check(err, "nvrtcCreateProgram")
                 try:
@@ -107,6 +115,9 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
                     nvrtc.nvrtcDestroyProgram(prog)
                     raise
                 log_text = log.rstrip(b"\0").decode("utf-8", "replace")
+                if shown:
+                    from .kept import unkept_log
+                    log_text = unkept_log(log_text, shown)
                 kept = use.finish(log_text) if use is not None else log_text
                 if kept is not None:
                     log_text = kept

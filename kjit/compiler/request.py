@@ -22,6 +22,9 @@ class CompileRequest(NamedTuple):
     options: CompileOptions
     name_expressions: tuple[str, ...] = ()
     name: str = "kernel.cu"
+    # where its sources are kept for debuggers (compiler/kept.py): set when line or debug
+    # information puts their paths into the binary; part of the key, as those paths are
+    sources_dir: "str | None" = None
 
 
 def make_request(source: str, *, arch=None, target: str | None = None,
@@ -64,5 +67,9 @@ def make_request(source: str, *, arch=None, target: str | None = None,
                 f"target 'cubin' needs a real architecture (sm_{resolved.number}{resolved.suffix}), "
                 f"not the virtual {resolved.name}")
         check_supported(resolved)
-    return CompileRequest(source, resolved.name, target, backend, options, exprs,
-                          name or ("kernel.hip" if backend == "hip" else "kernel.cu"))
+    name = name or ("kernel.hip" if backend == "hip" else "kernel.cu")
+    kept = None
+    if options.line_info or options.debug or options.extra:   # a plain compile loads nothing more
+        from .kept import sources_dir
+        kept = sources_dir(source, name, backend, options)
+    return CompileRequest(source, resolved.name, target, backend, options, exprs, name, kept)
