@@ -98,8 +98,12 @@ def test_compiler_version_and_schema_change_the_key(monkeypatch):
 
 
 def test_compiler_identity_names_the_wheel():
+    from importlib.metadata import version
+    from kjit.compiler import nvrtc
     ident = identity.compiler_identity("cuda")
-    assert ident.startswith("nvrtc 13.") and "nvidia-cuda-nvrtc" in ident
+    major, minor = nvrtc.version()
+    wheel = "nvidia-cuda-nvrtc" if major >= 13 else f"nvidia-cuda-nvrtc-cu{major}"
+    assert ident.startswith(f"nvrtc {major}.{minor} ") and f"({wheel} {version(wheel)})" in ident
 
 
 def test_keyed_env_var_misses(monkeypatch):

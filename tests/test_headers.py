@@ -39,11 +39,30 @@ def run(*args):
 
 
 # --- found without -I ------------------------------------------------------------------------
+def _family_wheels() -> tuple[str, bool]:
+    """(the runtime-header wheel of the installed family, whether nvidia-cuda-crt is
+    installed): cuda-bindings' major is the family's. CUDA 12 has no crt/ wheel."""
+    from importlib.metadata import PackageNotFoundError, version
+    major = version("cuda-bindings").split(".")[0]
+    try:
+        crt = bool(version("nvidia-cuda-crt"))
+    except PackageNotFoundError:
+        crt = False
+    return ("nvidia-cuda-runtime" if major == "13" else f"nvidia-cuda-runtime-cu{major}"), crt
+
+
 def test_toolkit_and_cccl_dirs_are_found():
     dirs = toolkit_headers.dirs()
-    assert [Path(d).name for d in dirs] == ["cccl", "include"]       # CCCL first
+    assert [Path(d).name for d in dirs[:2]] == ["cccl", "include"]       # CCCL first
     assert (Path(dirs[0]) / "cub" / "cub.cuh").is_file()
-    assert (Path(dirs[1]) / "cuda_fp16.h").is_file() and (Path(dirs[1]) / "crt" / "mma.h").is_file()
+    assert (Path(dirs[1]) / "cuda_fp16.h").is_file()
+    # crt/ (mma.h includes it) beside the runtime headers from nvidia-cuda-crt; without that
+    # wheel (CUDA 12) from a toolkit's include directory, searched last, where there is one
+    if _family_wheels()[1]:
+        assert len(dirs) == 2 and (Path(dirs[1]) / "crt" / "mma.h").is_file()
+    else:
+        assert dirs[2:] == tuple(filter(None, [toolkit_headers.crt_dir(dirs[1])]))
+        assert all((Path(d) / "crt" / "mma.h").is_file() for d in dirs[2:])
 
 
 @pytest.mark.parametrize("target", ["cubin", "ptx", "ltoir"])
@@ -271,8 +290,9 @@ def test_info_shows_header_dirs_and_versions():
     assert by_name["cccl"]["dir"] == toolkit_headers.dirs()[0]
     assert by_name["cccl"]["package"] == "nvidia-cuda-cccl" and by_name["cccl"]["version"]
     assert by_name["cccl"]["cccl_version"].count(".") == 2
-    assert by_name["cudart"]["package"] == "nvidia-cuda-runtime"
-    assert "nvidia-cuda-crt" in by_name["cudart"]["also"]
+    runtime, crt = _family_wheels()
+    assert by_name["cudart"]["package"] == runtime
+    assert ("nvidia-cuda-crt" in by_name["cudart"]["also"]) == crt
     text = run("info").output
     assert toolkit_headers.dirs()[0] in text and "nvidia-cuda-cccl" in text
 
@@ -280,7 +300,7 @@ def test_info_shows_header_dirs_and_versions():
 def test_installed_versions_match_importlib_metadata():
     from importlib.metadata import version
     have = toolkit_headers.installed()
-    for dist in ("nvidia-cuda-cccl", "nvidia-cuda-runtime", "cuda-pathfinder"):
+    for dist in ("nvidia-cuda-cccl", _family_wheels()[0], "cuda-pathfinder"):
         assert have[dist] == version(dist)
 
 

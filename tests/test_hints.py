@@ -91,3 +91,20 @@ def test_a_host_library_header_found_on_the_path_gets_the_same_hint(tmp_path):
         kjit.compile("#include <cublas_v2.h>\n" + KERNEL, arch="sm_90", cache=False,
                      options=kjit.CompileOptions(include_dirs=[tmp_path]))
     assert "cuBLAS" in info.value.message and "called from the host" in info.value.message
+
+
+def test_a_time_trace_named_json_compiles_or_says_to_drop_the_suffix(tmp_path):
+    """NVRTC 13 writes a trace named t.json to t.json.json and compiles; NVRTC 12 writes
+    t.json, then its ptxas looks for t.json.json and the compile fails: kjit says what to
+    name it instead. A name without .json gives t.json on both."""
+    from kjit.compiler import nvrtc
+    named = kjit.CompileOptions(extra=[f"--fdevice-time-trace={tmp_path / 'a.json'}"])
+    if nvrtc.version()[0] >= 13:
+        assert kjit.compile(KERNEL, arch="sm_90", cache=False, options=named).entry_points
+    else:
+        with pytest.raises(CompileError) as info:
+            kjit.compile(KERNEL, arch="sm_90", cache=False, options=named)
+        assert "name without .json" in info.value.message
+    bare = kjit.CompileOptions(extra=[f"--fdevice-time-trace={tmp_path / 'b'}"])
+    assert kjit.compile(KERNEL, arch="sm_90", cache=False, options=bare).entry_points
+    assert (tmp_path / "b.json").is_file()

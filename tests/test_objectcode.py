@@ -171,8 +171,11 @@ def test_arch_from_cubin_e_flags(cubin):
     assert ObjectCode(cubin).arch == "sm_90"
     assert ObjectCode(kjit.compile(SAXPY, arch="sm_80", cache=False).code).arch == "sm_80"
     elf = ElfFile(cubin)
-    assert elf.abiversion >= 8  # CUDA 12.8+ ELF ABI: the SM number sits in bits 8..15
-    flags = (elf.flags & ~0xFF00) | (120 << 8)
+    if elf.abiversion >= 8:   # CUDA 13's ELF ABI: the SM number sits in bits 8..15
+        flags = (elf.flags & ~0xFF00) | (120 << 8)
+    else:                     # ABI 7 (NVRTC 12's cubins): in bits 0..7 and 16..23
+        assert elf.abiversion == 7 and elf.flags & 0xFF == 90
+        flags = (elf.flags & ~0xFF00FF) | (120 << 16) | 120
     assert ObjectCode(patched(cubin, 48, "<I", flags)).arch == "sm_120"
 
 

@@ -17,8 +17,13 @@ WMMA = (Path(__file__).parent / "corpus" / "wmma_gemm.cu").read_text()
 
 def _split_layout(tmp_path: Path) -> tuple[Path, Path]:
     """(runtime headers without crt/, a toolkit root whose include/ has crt/), built from the
-    installed wheels with symlinks."""
+    installed headers with symlinks (crt/ from wherever this family's is: the CUDA 13 runtime
+    wheel holds it, the CUDA 12 one does not)."""
     real = Path(toolkit_headers.located()["cudart"])
+    crt = next((Path(d) / "crt" for d in toolkit_headers.dirs()
+                if (Path(d) / toolkit_headers.CRT_ANCHOR).is_file()), None)
+    if crt is None:
+        pytest.skip("no crt/ is installed (no nvidia-cuda-crt wheel, no CUDA toolkit)")
     runtime = tmp_path / "torch-site" / "nvidia" / "cu13" / "include"
     runtime.mkdir(parents=True)
     for entry in real.iterdir():
@@ -26,7 +31,7 @@ def _split_layout(tmp_path: Path) -> tuple[Path, Path]:
             (runtime / entry.name).symlink_to(entry)
     toolkit = tmp_path / "cuda-13.0"
     (toolkit / "include").mkdir(parents=True)
-    (toolkit / "include" / "crt").symlink_to(real / "crt")
+    (toolkit / "include" / "crt").symlink_to(crt)
     return runtime, toolkit
 
 
@@ -92,23 +97,28 @@ print(json.dumps({"hit": obj.cache_hit, "compiles": len(compiles), "observed": o
 '''
 
 
+def _wheel_dir(lib: str) -> str:
+    """Where `lib`'s headers lie below site-packages in this environment."""
+    d = toolkit_headers.located()[lib]
+    return next(r for r in toolkit_headers.WHEEL_DIRS[lib] if d.endswith(os.sep + r))
+
+
 def _environment(root: Path) -> Path:
     """A copy of kjit and of the header wheels' layout at `root` (files linked, directories
-    real, so every path below `root` stays below it)."""
+    real, so every path below `root` stays below it): each wheel directory at the place it
+    has below site-packages (CUDA 13: CCCL inside the runtime headers' directory; CUDA 12:
+    nvidia/cuda_runtime/include beside it)."""
     import shutil
     import kjit as pkg
     shutil.copytree(Path(pkg.__file__).parent, root / "kjit",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    real = Path(toolkit_headers.located()["cudart"])
-    inc = root / "nvidia" / "cu13" / "include"
-    inc.mkdir(parents=True)
-    for entry in real.iterdir():
-        if entry.name == "cccl":
-            (inc / "cccl").mkdir()
-            for sub in entry.iterdir():
-                (inc / "cccl" / sub.name).symlink_to(sub)
-        else:
-            (inc / entry.name).symlink_to(entry)
+    wheels = {_wheel_dir(lib): Path(d) for lib, d in toolkit_headers.located().items()}
+    for rel in sorted(wheels, key=len):   # an enclosing directory first
+        inc = root / rel
+        inc.mkdir(parents=True, exist_ok=True)
+        for entry in wheels[rel].iterdir():
+            if f"{rel}/{entry.name}" not in wheels:   # a nested wheel directory stays real
+                (inc / entry.name).symlink_to(entry)
     return root
 
 
@@ -165,7 +175,7 @@ def test_another_installs_record_is_checked_not_trusted(two_environments, tmp_pa
     differs, so this install compiles (and gets another key) instead of taking the record."""
     a, _, src = two_environments
     c = _environment(tmp_path / "venv-c")
-    header = c / "nvidia" / "cu13" / "include" / "cuda_fp16.h"
+    header = c / _wheel_dir("cudart") / "cuda_fp16.h"
     text = header.read_text()
     header.unlink()
     header.write_text(text + "\n// a local patch\n")

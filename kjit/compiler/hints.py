@@ -32,6 +32,9 @@ _ERROR_IN = re.compile(r"^(?P<file>[^\n(]+?)\((?P<line>\d+)\):\s*(?:error|catast
 _ERROR_DIRECTIVE = re.compile(r'^(?P<file>[^\n(]+?)\((?P<line>\d+)\):\s*(?:catastrophic )?error: '
                               r'#error directive: "?(?P<text>[^\n"]*)', re.M)
 _UNRESOLVED = re.compile(r"Unresolved extern (?:function|variable) '(?P<name>[^']+)'")
+# NVRTC 12 writes a --fdevice-time-trace named x.json as given, then its ptxas looks for
+# x.json.json (NVRTC 13 writes x.json.json): a name without .json works on both
+_TRACE_JSON = re.compile(r"ptxas fatal\s*: File '(?P<name>[^'\n]*\.json)\.json' could not be opened")
 
 
 def explain(log: str, std_headers: bool) -> str | None:
@@ -53,6 +56,11 @@ def explain(log: str, std_headers: bool) -> str | None:
         return (f"<{name}> is {what}, a host-only header: device code cannot call it. Remove the "
                 "#include (kernels need no driver API; pass pointers as T* and sizes as integers), "
                 "or keep it out of device compiles with #ifndef __CUDACC_RTC__ ... #endif.")
+    m = _TRACE_JSON.search(log)
+    if m is not None:
+        return (f"this NVRTC wrote the time trace to {m.group('name')} and then looked for it "
+                f"at {m.group('name')}.json (NVRTC 12 adds .json only where ptxas reads it): "
+                "give --fdevice-time-trace a name without .json, which NVRTC adds itself.")
     m = _UNRESOLVED.search(log)
     if m is not None:
         return (f"{m.group('name')} is declared but defined nowhere in this source. Define it here, "

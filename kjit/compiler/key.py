@@ -19,11 +19,15 @@ NAMESPACE = "compile"
 
 # The environment variables each backend's compiler is known to read (observed; NVRTC 13:
 # the finalizer's on a cubin for sm_90 and later, EDG's and NVVM's on every compile, and
-# LLVM_OVERRIDE_PRODUCER as it loads): another install's record of a compile is keyed by
-# their values, and a compile that read any other is not filed for other installs.
+# LLVM_OVERRIDE_PRODUCER as it loads; NVRTC 12 reads NVRTCWIZ, NVRTC_APPEND_FLAGS,
+# EDG_MODULES_PATH and DUMP_KNOBS_TO_FILE on every compile instead of the finalizer's):
+# another install's record of a compile is keyed by their values, and a compile that read
+# any other is not filed for other installs. The two lists are one: a variable one family
+# never reads is never read there, so naming it costs nothing.
 PORTABLE_ENV = {
-    "cuda": ("CAN_FINALIZE_DEBUG", "CUDA_CACHE_DISABLE", "EDG_BASE", "FINALIZER_CUBIE",
-             "FINALIZER_USE_LEGACY_ELF_BUILDER", "LLVM_OVERRIDE_PRODUCER", "NVVM_IR_VER_CHK"),
+    "cuda": ("CAN_FINALIZE_DEBUG", "CUDA_CACHE_DISABLE", "DUMP_KNOBS_TO_FILE", "EDG_BASE",
+             "EDG_MODULES_PATH", "FINALIZER_CUBIE", "FINALIZER_USE_LEGACY_ELF_BUILDER",
+             "LLVM_OVERRIDE_PRODUCER", "NVRTCWIZ", "NVRTC_APPEND_FLAGS", "NVVM_IR_VER_CHK"),
     "hip": (),
 }
 _warned: set[str] = set()

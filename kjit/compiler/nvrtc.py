@@ -8,7 +8,7 @@ import time
 from typing import Any, Sequence
 
 from ..errors import KjitError
-from . import observe, pch
+from . import observe, pch, sigkeep
 from .diagnostics import compile_error
 from .options import CompileOptions, nvrtc_flags
 from .search import SearchPath
@@ -108,7 +108,9 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
                         _check(err, f"nvrtcAddNameExpression({expr!r})")
                     all_flags = [f.encode() for f in (use.flags if use else []) + flags]  # PCH's first
                     # what it reads keys the cache (observe.py)
-                    with observe.recording("cuda", name, ignore=use.ignore if use else (), anchored=anchored):
+                    # NVRTC 12's first compile re-installs SIGINT with SA_RESTART (sigkeep.py)
+                    with observe.recording("cuda", name, ignore=use.ignore if use else (), anchored=anchored), \
+                            sigkeep.kept():
                         (result,) = nvrtc.nvrtcCompileProgram(prog, len(all_flags), all_flags)
                     log = _read(prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log")
                 except BaseException:

@@ -214,7 +214,11 @@ def classify(records: list | None, *, source_name: str = "", ignore: tuple[str, 
             continue
         if op == "R" or kind in (K_OTHER, K_WRITE) or (kind == K_DIR and op != "o"):
             continue  # a directory opened as a header candidate is a candidate: a file may replace it
-        path = absolute(path)
+        # NVRTC 12 names its probes relative ("kernel.cu", "__nv_name_map"), NVRTC 13
+        # joined to the working directory: the same lookups, so a relative name makes the
+        # compile depend on the working directory only once it is known to be an input
+        relative = not path.startswith("/")
+        path = os.path.join(obs.cwd, path) if relative else path
         if path in written or (scratch and path.startswith(scratch)):
             continue
         if kind == K_SPECIAL or path.startswith(_PSEUDO_ROOTS):
@@ -240,7 +244,7 @@ def classify(records: list | None, *, source_name: str = "", ignore: tuple[str, 
                 probed.setdefault(path, sig)
         else:  # absent, a directory, or unreadable (EACCES): a header there later is read
             absent[path] = None
-        if path.startswith(cwd) and not (anchors and path.startswith(anchors)):
+        if relative or (path.startswith(cwd) and not (anchors and path.startswith(anchors))):
             obs.cwd_dependent = True
     obs.read = opened
     obs.probed = {p: s for p, s in probed.items() if p not in opened and p not in absent}

@@ -121,6 +121,10 @@ def kernel_resources(cubin: bytes) -> list[KernelResources]:
             registers = text.info >> 24
         shared_sec = sections.get(f".nv.shared.{name}")
         shared_raw = shared_sec.size if shared_sec is not None else 0
+        barriers = _int(first.get("NUM_BARRIERS"))
+        # CUDA 12's ptxas keeps the count in the code section's flags (bits 20..24) instead
+        if barriers is None and text is not None and (text.flags >> 20) & 0x1F:
+            barriers = (text.flags >> 20) & 0x1F
         const = sections.get(f".nv.constant0.{name}")
         # At most three dimensions: a crafted record must not make a product of thousands.
         dims = first["MAX_THREADS"].u32s()[:3] if "MAX_THREADS" in first else None
@@ -144,6 +148,6 @@ def kernel_resources(cubin: bytes) -> list[KernelResources]:
             param_bytes=_int(first.get("CBANK_PARAM_SIZE")),
             max_threads=max_threads, max_threads_dims=tuple(dims) if dims else None,
             reqntid=tuple(reqntid) if reqntid else None,
-            max_registers=_int(first.get("MAXREG_COUNT")), barriers=_int(first.get("NUM_BARRIERS")),
+            max_registers=_int(first.get("MAXREG_COUNT")), barriers=barriers,
             params=tuple(sorted(params, key=lambda p: p.ordinal))))
     return out
