@@ -166,3 +166,72 @@ def test_torch_tensors_on_a_torch_stream():
     s.synchronize()
     assert r.measured == 4 and all(rec["status"] == "ok" for rec in r.records)
     assert torch.equal(y, torch.ones(n, device="cuda"))
+
+
+def spin(configs, **kw):
+    """A kernel whose time grows with WORK (a dependent chain per thread): clear differences."""
+    @kjit.autotune(configs=configs, key=["n"], block=256, grid=lambda m: kjit.cdiv(m["n"], 256),
+                   restore_value=["y"], **kw)
+    @kjit.kernel
+    def chain(WORK=1):
+        return f'''
+extern "C" __global__ void chain(float* y, int n) {{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = y[i];
+    for (int k = 0; k < {WORK} * 4096; ++k) v = v * 0.999f + 1.0f;
+    y[i] = v;
+}}'''
+    return chain
+
+
+def in_order(candidates, records, measure):
+    """Time one candidate after another, in the configs' order (the fastest first here)."""
+    for c in candidates:
+        measure([c])
+
+
+def test_early_stop_cuts_clearly_slower_candidates_and_keeps_the_choice():
+    n = 1 << 16
+    Y = kjit.to_device(np.ones(n, np.float32))
+    configs = [Config(WORK=16), Config(WORK=48), Config(WORK=96)]
+    r = spin(configs, search=in_order, device={"name": "early stop"}).tune(Y, n)
+    full = spin(configs, search=in_order, early_stop=None, device={"name": "every repeat"}).tune(Y, n)
+    assert r.index == full.index == 0
+    assert not r.records[0].get("stopped") and r.records[0]["reps"] >= 10
+    for i in (1, 2):   # 3x and 6x slower: stopped after a few repeats
+        assert r.records[i]["stopped"] and r.records[i]["reps"] < full.records[i]["reps"]
+        assert r.records[i]["ms"] > 1.2 * r.ms
+    np.testing.assert_array_equal(Y.get(), np.ones(n, np.float32))   # restored
+
+
+def test_bench_stops_when_told_and_only_then():
+    from kjit.tune.timing import bench
+    n = 1 << 16
+    Y = kjit.to_device(np.ones(n, np.float32))
+    k = spin([Config(WORK=16)]).function.specialize(WORK=16)
+    launch = k[kjit.cdiv(n, 256), 256]
+    full = bench(lambda: launch(Y, n), rep_ms=20, min_reps=30)
+    cut = bench(lambda: launch(Y, n), rep_ms=20, min_reps=30, stop=lambda times: len(times) >= 3)
+    assert "stopped" not in full and full["reps"] >= 30
+    assert cut["stopped"] and 3 < cut["reps"] < full["reps"]
+
+
+def test_sgemm_tuned_with_overlap_and_early_stop_chooses_as_exhaustive_timing_does():
+    """The example's space (every other config) at 2048: the default (compiles overlapping
+    timing, early stopping) against every repeat of every config. Two configs within timing
+    noise of each other may swap places, so the choice must be within 3% of the best."""
+    ex = runpy.run_path(str(EXAMPLES / "autotune_sgemm.py"), run_name="not_main")
+    n = 2048
+    rng = np.random.default_rng(0)
+    A = kjit.to_device(rng.standard_normal((n, n), dtype=np.float32))
+    B = kjit.to_device(rng.standard_normal((n, n), dtype=np.float32))
+    C = kjit.empty((n, n), "float32")
+    space = ex["space"]()[::2]
+    fast = ex["tuned"](configs=space, device={"name": "default"}, progress=False).tune(A, B, C, n, n, n)
+    full = ex["tuned"](configs=space, device={"name": "exhaustive"}, early_stop=None,
+                       progress=False).tune(A, B, C, n, n, n)
+    ok = {i: rec["ms"] for i, rec in enumerate(full.records) if rec and rec["status"] == "ok"}
+    assert fast.index in ok and ok[fast.index] <= 1.03 * min(ok.values()), (fast, full)
+    assert any(rec and rec.get("stopped") for rec in fast.records)
+    assert not any(rec and rec.get("stopped") for rec in full.records)

@@ -27,7 +27,8 @@ def compile_many(sources: Iterable[Any], *, arch: Any = None, target: str | None
                  options: Any = None, name_expressions: Iterable[str] = (),
                  backend: str = "cuda", name: str | None = None, cache: bool = True,
                  jobs: int | None = None, errors: str = "raise",
-                 progress: bool | Callable[[int, int], Any] | None = None) -> list:
+                 progress: bool | Callable[[int, int], Any] | None = None,
+                 on_result: Callable[[int, Any], Any] | None = None) -> list:
     """Compile many sources; returns one ObjectCode per item, in the order given.
 
     sources: source strings, or dicts holding "source" and any of arch, target, options,
@@ -43,6 +44,9 @@ def compile_many(sources: Iterable[Any], *, arch: Any = None, target: str | None
     the signal (pool.WorkerDied); the other items still compile.
     progress: None shows a bar on a terminal (stderr) once a batch has run 2 s; False
     never, True always on a terminal; a callable gets (done, total) after each item.
+    on_result: a callable given (index, ObjectCode or exception) as each item finishes, in
+    the order they finish (cache hits first), from the calling thread or a worker's serving
+    thread: the autotuner times one candidate while the next ones compile.
     """
     if errors not in ERRORS:
         raise InvalidOptionError(f"errors={errors!r} is not one of {', '.join(map(repr, ERRORS))}")
@@ -51,7 +55,7 @@ def compile_many(sources: Iterable[Any], *, arch: Any = None, target: str | None
     items = [_item(i, it, common) for i, it in enumerate(_listed(sources))]
     size = pool_mod.pool_size(jobs)
     results: list[Any] = [None] * len(items)
-    tracker = _Progress(len(items), progress)
+    tracker = _Progress(len(items), progress, on_result, results)
     tracker.start()
     try:
         _run(items, results, size, tracker)
@@ -136,7 +140,7 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
 
     def on_reply(i: int, reply: Any) -> None:
         results[i] = pool_mod.from_reply(reply, items[i][1]) if isinstance(reply, dict) else reply
-        tracker.done(miss=True)
+        tracker.done(miss=True, index=i)
 
     groups = _prologue_groups(items, size)
     held: list[int] = []
@@ -152,12 +156,12 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
             found = _probe(kw)
             if found is not None:
                 results[i] = found
-                tracker.done(miss=False)
+                tracker.done(miss=False, index=i)
                 continue
             misses.append(i)
             if size == 1:
                 results[i] = _here(kw)
-                tracker.done(miss=True)
+                tracker.done(miss=True, index=i)
             elif len(misses) == 2:   # the second miss: now the pool pays
                 threads = pool_mod.shared_pool().run(jobs, min(size, len(items) - misses[0]),
                                                      on_reply)
@@ -167,7 +171,7 @@ def _run(items: list, results: list, size: int, tracker: "_Progress") -> None:
                 send(i)
         if size > 1 and len(misses) == 1:
             results[misses[0]] = _here(items[misses[0]][0])
-            tracker.done(miss=True)
+            tracker.done(miss=True, index=misses[0])
         # misses that share a prologue, grouped: each worker then meets one prologue after
         # another, told that more of it follow, so its precompiled header pays from its first
         import json
@@ -208,8 +212,10 @@ class _Progress:
     """Counts finished items for a callable, or draws a bar on a terminal (click's) once the
     batch has run BAR_AFTER_S."""
 
-    def __init__(self, total: int, progress: Any):
+    def __init__(self, total: int, progress: Any, on_result: Any = None,
+                 results: list | None = None):
         self.total, self.count, self.progress = total, 0, progress
+        self.on_result, self.results = on_result, results
         self.lock = threading.Lock()
         self.t0 = time.monotonic()
         self.bar: Any = None
@@ -233,7 +239,9 @@ class _Progress:
                 self.bar.__enter__()
                 self.bar.update(self.count)
 
-    def done(self, miss: bool) -> None:
+    def done(self, miss: bool, index: int | None = None) -> None:
+        if self.on_result is not None and index is not None:
+            self.on_result(index, self.results[index])   # outside the lock: it may take a while
         with self.lock:
             self.count += 1
             if callable(self.progress):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .api import Autotuned, autotune, tune
 from .config import Config
+from .search import Exhaustive, RandomSearch
 from .tuner import Result, Tuner
 
 # kjit.autotune is the decorator; the rest of the API hangs off it
@@ -19,5 +20,8 @@ autotune.tune = tune                # type: ignore[attr-defined]
 autotune.Tuner = Tuner              # type: ignore[attr-defined]
 autotune.Result = Result            # type: ignore[attr-defined]
 autotune.Autotuned = Autotuned      # type: ignore[attr-defined]
+autotune.Exhaustive = Exhaustive    # type: ignore[attr-defined]
+autotune.RandomSearch = RandomSearch  # type: ignore[attr-defined]
 
-__all__ = ["autotune", "tune", "Config", "Tuner", "Result", "Autotuned"]
+__all__ = ["autotune", "tune", "Config", "Tuner", "Result", "Autotuned", "Exhaustive",
+           "RandomSearch"]

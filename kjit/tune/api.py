@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ArgumentError, KjitError
 from .config import Config
+from .timing import EARLY_MARGIN
 from .tuner import Result, Timer, Tuner
 
 
@@ -53,8 +54,9 @@ def autotune(configs: Sequence[Config], key: Sequence[str] = (), *,
              restore_value: Sequence[str] = (), reset_to_zero: Sequence[str] = (),
              arg_names: Sequence[str] | None = None, warmup_ms: float = 25.0,
              rep_ms: float = 100.0, min_reps: int = 10, timer: Timer | None = None,
-             device: Mapping[str, Any] | None = None, progress: bool | None = None
-             ) -> Callable[[Any], Autotuned]:
+             device: Mapping[str, Any] | None = None, progress: bool | None = None,
+             prune_configs_by: Any = None, search: Any = "exhaustive",
+             early_stop: float | None = EARLY_MARGIN) -> Callable[[Any], Autotuned]:
     """Decorate a @kjit.kernel with a tuning space; see docs/autotune.md.
 
     configs: kjit.autotune.Config values. key: the argument names whose values (numbers; for
@@ -64,7 +66,13 @@ def autotune(configs: Sequence[Config], key: Sequence[str] = (), *,
     candidate / zeroed before each timed launch. arg_names: the kernel's parameter names when
     they cannot be read from its source. timer: replaces CUDA-event timing (a function of a
     candidate returning milliseconds: tests). device: the identity results are filed under
-    (default: the current device's name, SM count, compute capability and driver)."""
+    (default: the current device's name, SM count, compute capability and driver).
+    prune_configs_by: a function (or a list of them) of (configs, named arguments) returning
+    the configs to keep for those arguments; pruned configs are never compiled.
+    search: "exhaustive" (time every config), kjit.autotune.RandomSearch(budget), or an
+    object with a search(candidates, records, measure) method (docs/autotune.md).
+    early_stop: stop timing a candidate once at least 3 repeats have run and its fastest is
+    over (1 + early_stop) times the best median so far; None times every repeat."""
     from ..decorator import KernelFunction
 
     def wrap(function: Any) -> Autotuned:
@@ -80,7 +88,8 @@ def autotune(configs: Sequence[Config], key: Sequence[str] = (), *,
                       arg_names=arg_names, restore_value=restore_value,
                       reset_to_zero=reset_to_zero, block=block, grid=grid, shared_mem=shared_mem,
                       warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps, timer=timer,
-                      device=device, arch=function.arch, progress=progress)
+                      device=device, arch=function.arch, progress=progress,
+                      prune_configs_by=prune_configs_by, search=search, early_stop=early_stop)
         return Autotuned(function, tuner)
     return wrap
 
@@ -93,7 +102,8 @@ def tune(candidates: Any, configs: Sequence[Config], args: Sequence[Any] = (), *
     @kjit.kernel function, or a list of those (one per config), or one @kjit.kernel (its
     specialisations with each config's params). Times them on `args` and
     returns the Result (`.config`, `.candidate.loaded()`, `.launch(*args)`); the choice is
-    stored as for @kjit.autotune. `options`: as for autotune (block, grid, restore_value...)."""
+    stored as for @kjit.autotune. `options`: as for autotune (block, grid, restore_value,
+    prune_configs_by, search, early_stop...)."""
     from ..decorator import KernelFunction
     if isinstance(candidates, KernelFunction):   # one @kjit.kernel: its specialisations
         function = candidates

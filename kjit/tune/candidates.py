@@ -6,7 +6,7 @@ A candidate is a `@kjit.kernel` specialisation, a compile request (a dict with "
 All compiles go through `compile_candidates`, the one place that calls the compiler."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..compiler.options import CompileOptions
 from ..errors import ArgumentError
@@ -14,13 +14,16 @@ from ..hashing import sha256
 from .config import Config
 
 
-def compile_candidates(items: list[dict[str, Any]], arch: str | None) -> list[Any]:
+def compile_candidates(items: list[dict[str, Any]], arch: str | None, *,
+                       on_result: Callable[[int, Any], Any] | None = None,
+                       jobs: int | None = None) -> list[Any]:
     """ObjectCode or the exception, per item in order, compiled in parallel worker processes
-    (kjit.compile_many)."""
+    (kjit.compile_many); on_result(index, result) as each finishes."""
     if not items:
         return []
     from ..compiler.many import compile_many
-    return compile_many(items, arch=arch, target="cubin", errors="return", progress=False)
+    return compile_many(items, arch=arch, target="cubin", errors="return", progress=False,
+                        on_result=on_result, jobs=jobs)
 
 
 def merged_options(options: CompileOptions | None, defines: dict[str, str | None]) -> CompileOptions | None:

@@ -2,11 +2,13 @@
 
 Like triton.testing.do_bench: one launch estimates the time, then warm-up launches for
 about `warmup_ms`, then timed repeats for about `rep_ms` (at least `min_reps`), each between
-its own pair of events, and the median is kept. Buffers named in `reset_to_zero` are zeroed
-before every launch; those and the ones in `restore_value` are put back after each
-candidate, all outside the timed region."""
+its own pair of events, and the median is kept. Early stopping (`stop`, `early_stop`) ends
+a candidate's repeats once it is clearly slower than the best so far. Buffers named in
+`reset_to_zero` are zeroed before every launch; those and the ones in `restore_value` are
+put back after each candidate, all outside the timed region."""
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from typing import Any, Callable, Mapping, Sequence
@@ -18,6 +20,9 @@ WARMUP_MS = 25.0
 REP_MS = 100.0
 MIN_REPS = 10
 MAX_REPS = 1000
+WINDOW_MS = 10.0    # GPU work queued ahead while early stopping reads finished repeats
+EARLY_REPS = 3      # repeats finished before early stopping may stop a candidate
+EARLY_MARGIN = 0.2  # ... when its fastest is over 1.2x the best median so far
 
 
 def device_buffer(name: str, value: Any) -> tuple[int, int]:
@@ -80,9 +85,15 @@ class Protected:
 
 def bench(launch: Callable[[], None], *, stream: Any = None,
           before: Callable[[], None] | None = None, warmup_ms: float = WARMUP_MS,
-          rep_ms: float = REP_MS, min_reps: int = MIN_REPS, max_reps: int = MAX_REPS
-          ) -> dict[str, Any]:
-    """{"ms": median, "reps": n, "min_ms", "max_ms"} of `launch` timed with CUDA events."""
+          rep_ms: float = REP_MS, min_reps: int = MIN_REPS, max_reps: int = MAX_REPS,
+          stop: Callable[[list[float]], bool] | None = None) -> dict[str, Any]:
+    """{"ms": median, "reps": n, "min_ms", "max_ms"} of `launch` timed with CUDA events.
+
+    stop: given the times of the repeats finished so far, whether to stop timing (early
+    stopping: "stopped": True is added). The repeats are then read while the next ones are
+    queued, at least WINDOW_MS of work ahead, so the GPU never waits for the check (an idle
+    GPU between a start event and its launch would lengthen that repeat). Without it every
+    repeat is queued at once, as before."""
     from ..runtime.stream import Event
     start, end = Event(), Event()
     if before:
@@ -97,12 +108,34 @@ def bench(launch: Callable[[], None], *, stream: Any = None,
         launch()
     reps = max(min_reps, min(max_reps, int(rep_ms / estimate)))
     pairs = [(Event(), Event()) for _ in range(reps)]
-    for s, e in pairs:
+    window = reps if stop is None else max(2, math.ceil(WINDOW_MS / estimate))
+    times: list[float] = []
+    ran = reps
+    for i, (s, e) in enumerate(pairs):
+        if i >= window:   # read the oldest in flight; window - 1 repeats keep the GPU busy
+            pairs[i - window][1].synchronize()
+            times.append(pairs[i - window][1].elapsed_time(pairs[i - window][0]))
+            if stop(times):   # type: ignore[misc]
+                ran = i
+                break
         if before:
             before()
         s.record(stream)
         launch()
         e.record(stream)
-    pairs[-1][1].synchronize()
-    times = [e.elapsed_time(s) for s, e in pairs]
-    return {"ms": statistics.median(times), "reps": reps, "min_ms": min(times), "max_ms": max(times)}
+    pairs[ran - 1][1].synchronize()
+    times = [e.elapsed_time(s) for s, e in pairs[:ran]]   # those in flight at a stop count too
+    out = {"ms": statistics.median(times), "reps": ran, "min_ms": min(times), "max_ms": max(times)}
+    if ran < reps:
+        out["stopped"] = True
+    return out
+
+
+def early_stop(margin: float, best: Callable[[], float | None], after: int = EARLY_REPS
+               ) -> Callable[[list[float]], bool]:
+    """The rule: stop once `after` repeats have finished and even the fastest of them is more
+    than (1 + margin) times the best median so far (`best()`, None before any)."""
+    def stop(times: list[float]) -> bool:
+        b = best()
+        return b is not None and len(times) >= after and min(times) > b * (1 + margin)
+    return stop

@@ -1,16 +1,19 @@
-"""The tuning itself: find each candidate's stored record, compile the missing ones in
-parallel, skip those that fail or exceed the device's limits, time the rest, choose."""
+"""The tuning itself, in named steps: prune (the user's prune_configs_by functions, before
+anything compiles), records (what the cache holds), measure (compile in the background and
+time, as the search strategy asks: measure.py), choose (the fastest record)."""
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any, Callable, Mapping, Sequence
 
-from ..errors import ArgumentError, DriverError, KjitError
+from ..errors import ArgumentError, KjitError
 from .keys import current_device, key_values, name_args, parameter_names
-from .store import Transient, get_or_measure, peek, record_key
-from .candidates import Candidate, compile_candidates, limit_problem
+from .store import peek, record_key
+from .candidates import Candidate
 from .config import Config, check_configs, mode
+from .measure import Measurer
+from .timing import EARLY_MARGIN
+from .search import as_search, prune, prune_functions
 
 Timer = Callable[[Candidate], float]
 
@@ -19,9 +22,11 @@ class Result:
     """One tuning's outcome: the chosen candidate and every configuration's record."""
 
     def __init__(self, chosen: Candidate, candidates: list[Candidate], records: list[dict | None],
-                 key: dict, measured: int, how: str, names: list[str] | None):
+                 key: dict, measured: int, how: str, names: list[str] | None,
+                 pruned: Sequence[int] = ()):
         self.candidate, self.candidates, self.records = chosen, candidates, records
         self.key, self.measured, self.mode, self._names = key, measured, how, names
+        self.pruned = list(pruned)   # indices prune_configs_by left out for these arguments
 
     @property
     def index(self) -> int:
@@ -44,7 +49,9 @@ class Result:
         self.candidate.launcher(grid, block, shared, stream)(*ordered)
 
     def table(self) -> list[dict[str, Any]]:
-        return [{"index": c.index, "config": c.config.label(), **(r or {"status": "not timed"})}
+        gone = set(self.pruned)
+        return [{"index": c.index, "config": c.config.label(),
+                 **(r or {"status": "pruned" if c.index in gone else "not timed"})}
                 for c, r in zip(self.candidates, self.records)]
 
     def __repr__(self) -> str:
@@ -62,7 +69,9 @@ class Tuner:
                  block: Any = None, grid: Any = None, shared_mem: Any = None,
                  warmup_ms: float = 25.0, rep_ms: float = 100.0, min_reps: int = 10,
                  timer: Timer | None = None, device: Mapping[str, Any] | None = None,
-                 arch: str | None = None, progress: bool | None = None, label: str | None = None):
+                 arch: str | None = None, progress: bool | None = None, label: str | None = None,
+                 prune_configs_by: Any = None, search: Any = None,
+                 early_stop: float | None = EARLY_MARGIN):
         self.configs = [c.with_defaults(block, grid, shared_mem) for c in check_configs(configs)]
         self.make = make
         for what, names in (("key", key), ("restore_value", restore_value),
@@ -74,6 +83,14 @@ class Tuner:
         self.bench_args = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "min_reps": min_reps}
         self.timer, self.device, self.arch = timer, dict(device) if device else None, arch
         self.progress, self.label = progress, label
+        self.prune_by = prune_functions(prune_configs_by)
+        self.search = as_search(search)
+        off = early_stop is None or early_stop is False
+        if not off and (isinstance(early_stop, bool) or not isinstance(early_stop, (int, float))
+                        or not 0 <= early_stop < 100):
+            raise ArgumentError(f"early_stop={early_stop!r}: give a margin (0.2: stop a candidate "
+                                "whose fastest repeat is over 1.2x the best median), or None")
+        self.early_stop = None if off else float(early_stop)
         self._candidates: list[Candidate] | None = None
         self._chosen: dict[str, Result] = {}
         self._current: Callable[[], int] | None = None
@@ -116,113 +133,48 @@ class Tuner:
         return found
 
     def _tune(self, named: dict[str, Any], kv: dict, stream: Any) -> Result:
+        """The steps, in order: prune, records, measure (as the search strategy asks), choose."""
         cands = self.candidates()
         how, fixed = mode(len(cands))
         if how != "tune":
             return Result(cands[fixed], cands, [None] * len(cands), kv, 0, how, self.arg_names)
+        kept = self.prune(cands, named)
         device = self.device or current_device()
-        rkeys = [record_key(c.name, c.source_sha, c.options_key(), c.exprs, device, kv,
-                            c.config.describe()) for c in cands]
-        records: list[dict | None] = [peek(k) for k in rkeys]
-        missing = [c for c, r in zip(cands, records) if r is None]
-        measured = 0
-        if missing:
-            self._compile(missing, device)
-            ordered = list(named.values()) if self.arg_names is None else [named[n] for n in self.arg_names]
-            if stream is None:   # timed where PyTorch's own work on these tensors runs
-                stream = _torch_stream(ordered)
-            protected = None
-            if self.timer is None and (self.restore or self.zero):
-                from .timing import Protected
-                from ..runtime.stream import as_handle
-                protected = Protected(named, self.restore, self.zero, as_handle(stream))
-            with _progress(self.progress, len(missing), f"tuning {self.label}") as bar:
-                for c in missing:
-                    try:
-                        rec, here = get_or_measure(
-                            rkeys[c.index], f"{self.label} [{c.config.label()}]",
-                            lambda c=c: self._measure(c, named, ordered, stream, protected))
-                    except Transient as t:
-                        rec, here = t.record, True
-                    records[c.index] = rec
-                    measured += here
-                    bar.update(1)
-        ok = [(r["ms"], i) for i, r in enumerate(records) if r and r.get("status") == "ok"]
+        rkeys = {c.index: record_key(c.name, c.source_sha, c.options_key(), c.exprs, device, kv,
+                                     c.config.describe()) for c in kept}
+        records = self.records(rkeys)
+        measurer = Measurer(self, named, stream, rkeys, records)
+        try:
+            self.search.search(kept, dict(records), measurer.measure)
+        finally:
+            measurer.close()
+        return self.pick(cands, kept, records, kv, measurer.measured, how)
+
+    # --- the steps ----------------------------------------------------------------------
+    def prune(self, cands: list[Candidate], named: dict[str, Any]) -> list[Candidate]:
+        """The candidates the prune_configs_by functions keep for these arguments; nothing
+        has compiled yet, so a pruned configuration costs nothing. (The device-limit checks
+        need the compiled kernel: the measure step makes them.)"""
+        if not self.prune_by:
+            return list(cands)
+        return [cands[i] for i in prune(self.prune_by, self.configs, named)]
+
+    def records(self, rkeys: dict[int, dict]) -> dict[int, dict]:
+        """{candidate index: stored record} for those the cache has (memory, disk, shared tier)."""
+        found = {i: peek(k) for i, k in rkeys.items()}
+        return {i: r for i, r in found.items() if r is not None}
+
+    def pick(self, cands: list[Candidate], kept: list[Candidate], records: dict[int, dict],
+             kv: dict, measured: int, how: str) -> Result:
+        """The fastest of the kept candidates' records (stored and just measured)."""
+        listed: list[dict | None] = [records.get(c.index) for c in cands]
+        ok = [(records[c.index]["ms"], c.index) for c in kept
+              if records.get(c.index, {}).get("status") == "ok"]
         if not ok:
-            reasons = "\n".join(f"  [{c.index}] {c.config.label()}: {(r or {}).get('reason', '?')}"
-                                for c, r in zip(cands, records))
+            reasons = "\n".join(f"  [{c.index}] {c.config.label()}: "
+                                 f"{(records.get(c.index) or {}).get('reason', 'not timed')}"
+                                 for c in kept)
             raise KjitError(f"autotune {self.label}: no configuration can run for {kv}:\n{reasons}")
         best = min(ok)[1]
-        return Result(cands[best], cands, records, kv, measured, how, self.arg_names)
-
-    def _compile(self, missing: list[Candidate], device: dict) -> None:
-        todo = [c for c in missing if c.compile_item() is not None and c.object is None and c.error is None]
-        results = compile_candidates([c.compile_item() for c in todo], self.arch)
-        for c, r in zip(todo, results):
-            if isinstance(r, BaseException):
-                c.error = r
-            else:
-                c.object = r
-
-    def _measure(self, c: Candidate, named: dict, ordered: list, stream: Any,
-                 protected: Any) -> dict[str, Any]:
-        if c.error is not None:
-            return {"status": "compile_error", "reason": _first_lines(c.error)}
-        if self.timer is not None:
-            return {"status": "ok", "ms": float(self.timer(c))}
-        from .timing import bench
-        from ..runtime.stream import as_handle
-        try:
-            grid, block, shared = c.geometry(named)
-            problem = limit_problem(c.loaded(), block, shared)
-            if problem:
-                return {"status": "skipped", "reason": problem}
-            launch = c.launcher(grid, block, shared, stream)
-            handle = as_handle(stream)
-            before = (lambda: protected.before_launch(handle)) if protected and protected.zero else None
-            try:
-                res = bench(lambda: launch(*ordered), stream=stream, before=before, **self.bench_args)
-            finally:
-                if protected:
-                    protected.restore(handle)
-        except (DriverError, ArgumentError) as exc:   # not kept: may be this run's arguments
-            raise Transient({"status": "error", "reason": _first_lines(exc)}) from None
-        return {"status": "ok", **res}
-
-
-def _torch_stream(args: Sequence[Any]) -> Any:
-    """PyTorch's current stream for the device of the first tensor among args, or None."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    for a in args:
-        if isinstance(a, torch.Tensor) and a.is_cuda:
-            return torch.cuda.current_stream(a.device).cuda_stream
-    return None
-
-
-def _first_lines(exc: BaseException, n: int = 6) -> str:
-    """The reason kept for a failed candidate: the error's first line and its error lines."""
-    lines = f"{type(exc).__name__}: {exc}".splitlines()
-    errors = [ln.strip() for ln in lines[1:] if "error" in ln.lower()][:4]
-    return "\n".join([lines[0], *errors] if errors else lines[:n])
-
-
-class _NoBar:
-    def __enter__(self) -> "_NoBar":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        pass
-
-    def update(self, n: int) -> None:
-        pass
-
-
-def _progress(wanted: bool | None, n: int, label: str) -> Any:
-    """A bar with an estimate on a terminal (stderr), only for more than one candidate."""
-    if wanted is False or n < 2 or not (wanted or sys.stderr.isatty()):
-        return _NoBar()
-    import click
-    return click.progressbar(length=n, label=label, file=sys.stderr, show_eta=True,
-                             show_pos=True)
+        pruned = sorted(set(range(len(cands))) - {c.index for c in kept})
+        return Result(cands[best], cands, listed, kv, measured, how, self.arg_names, pruned)
