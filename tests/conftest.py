@@ -40,6 +40,9 @@ def _gpu_reason() -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
+    # JAX starts threads when it first runs, after which a test's os.fork() may deadlock the
+    # child (Python warns so): the tests that run JAX in this process go last
+    items.sort(key=lambda i: "jax" in i.nodeid.split("::")[0])
     gpu_items = [i for i in items if "gpu" in i.keywords]
     if not gpu_items:
         return
