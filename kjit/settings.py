@@ -256,15 +256,17 @@ def cache_dir_paths(env: Mapping[str, str] | None = None) -> None:
                                "the cache directory's path, or unset it for the default")
 
 
-_REMOTE = ("KJIT_REMOTE_CACHE", "KJIT_REMOTE_CACHE_KEY", "KJIT_REMOTE_CACHE_KEY_FILE",
+ENV_REMOTE_URL = "KJIT_REMOTE_CACHE"
+ENV_REMOTE_BACKEND = "KJIT_REMOTE_CACHE_BACKEND"   # package.module:Class serving the URL
+_REMOTE = (ENV_REMOTE_URL, ENV_REMOTE_BACKEND, "KJIT_REMOTE_CACHE_KEY", "KJIT_REMOTE_CACHE_KEY_FILE",
            "KJIT_REMOTE_CACHE_PREFIX", "KJIT_REMOTE_CACHE_TTL", "KJIT_REMOTE_CACHE_MAX_VALUE",
            "KJIT_REMOTE_CACHE_TIMEOUT", "KJIT_REMOTE_CACHE_BACKOFF", "KJIT_REMOTE_CACHE_LEASE",
            "KJIT_REMOTE_CACHE_WAIT", "KJIT_REMOTE_CACHE_UNSIGNED")
 
 # Every KJIT_* variable -> its check here, or None where it is checked where it is read,
 # because its form is another module's question: an architecture name (kjit.arch), a file
-# (kjit.linker.devrt), the shared tier's URL, key and limits (kjit.cache.remote, when the
-# tier is configured: unused without KJIT_REMOTE_CACHE), a list of directories
+# (kjit.linker.devrt), the shared tier's URL, backend, key and limits (kjit.cache.remote and
+# kjit.cache.registry, when the tier is configured: unused without KJIT_REMOTE_CACHE), a list of directories
 # (kjit.locations; check_settings refuses only a path no system could open).
 VARIABLES: dict[str, Callable[[], object] | None] = {
     **{name: functools.partial(env_switch, name) for name in SWITCHES},

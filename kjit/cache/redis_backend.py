@@ -28,8 +28,8 @@ from redis.lock import Lock
 from redis.retry import Retry
 
 from .entry import CorruptEntry
-from .remote import (ENV_TIMEOUT, ENV_URL, Lease, PollingWatch, RemoteTier, TierError, TierFull,
-                     ValueTooLarge, Watch, redact)
+from .backend import Lease, PollingWatch, RemoteTier, TierError, TierFull, ValueTooLarge, Watch
+from .remote import ENV_TIMEOUT, ENV_URL, redact
 
 _BATCH = 500
 _SMALL = 64 << 10          # the longest string a request that is not a value read accepts
@@ -114,6 +114,10 @@ class RedisTier(RemoteTier):
         pool.connection_class = _guarded(pool.connection_class)
         self._getex = True  # Redis < 6.2 lacks GETEX: then GET, and TTLs do not slide
 
+    @classmethod
+    def from_config(cls, config: Any) -> "RedisTier":
+        return cls(config.url, prefix=config.prefix, timeout_s=config.timeout_s, max_value=config.max_value)
+
     @contextmanager
     def _request(self, seconds: float | None = None, *, bulk_max: int = _SMALL,
                  reply_max: int = _SMALL_REPLY):
@@ -121,8 +125,7 @@ class RedisTier(RemoteTier):
         the server's or a reply nobody could parse."""
         req = None
         try:
-            with request(seconds or self.timeout_s, bulk_max=bulk_max,
-                                     reply_max=reply_max) as req:
+            with request(seconds or self.timeout_s, bulk_max=bulk_max, reply_max=reply_max) as req:
                 yield req
         except (TierError, CorruptEntry, LockError):
             raise
@@ -243,8 +246,7 @@ class RedisTier(RemoteTier):
         while True:
             with self._request():
                 reply = self.client.scan(cursor, match=match, count=1000)
-            if not (isinstance(reply, (tuple, list)) and len(reply) == 2
-                    and isinstance(reply[1], list)):
+            if not (isinstance(reply, (tuple, list)) and len(reply) == 2 and isinstance(reply[1], list)):
                 raise TierError("the server answered SCAN with something else")
             cursor, batch = reply
             yield from (n for n in batch if isinstance(n, bytes))

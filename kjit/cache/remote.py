@@ -1,29 +1,32 @@
-"""The shared (remote) tier behind the local disk cache: its interface and its configuration.
+"""The shared (remote) tier behind the local disk cache: its configuration, and opening it.
 
-A backend stores bytes by key (`get`, `put`) and hands out compile leases (`lease`); it may
-wake waiters when a value arrives (`watch`, else they poll). Redis is the one kjit ships
-(kjit.cache.redis_backend). kjit.cache.shared holds the logic between the cache and a
-backend (signing, leases, faults and counters) and opens the configured one (shared.active()).
+A backend (kjit.cache.backend.RemoteTier: the interface) stores bytes by key and hands out
+compile leases. Redis is the one kjit ships (kjit.cache.redis_backend); others are chosen
+by URL scheme or named as module:Class (kjit.cache.registry). kjit.cache.shared holds the
+logic between the cache and a backend (signing, leases, faults and counters) and opens the
+configured one (shared.active()).
 
-Turned on by KJIT_REMOTE_CACHE=redis://[user:pass@]host:port/db (rediss:// for TLS) or by
-configure(url, ...), which sets the same variables so that child processes (kjit build's
-workers, a launcher's ranks) inherit them. Nothing here imports redis: a process without
-the variable, and a disk hit, never load it.
+Turned on by KJIT_REMOTE_CACHE=redis://[user:pass@]host:port/db (rediss:// for TLS; another
+scheme for another backend) or by configure(url, ...), which sets the same variables so
+that child processes (kjit build's workers, a launcher's ranks) inherit them. Nothing here
+imports redis: a process without the variable, and a disk hit, never load it.
 """
 from __future__ import annotations
 
 import os
 import re
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
-import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from . import registry
+from .registry import redact  # noqa: F401 (re-exported)
+from .backend import (Lease, PollingWatch, RemoteTier, TierError, TierFull,  # noqa: F401
+                      ValueTooLarge, Watch)  # (re-exported: this module was their home)
 from .key import SCHEMA_VERSION
 from ..settings import SettingError, env_duration, env_raw, env_size, env_switch, env_text
 
-ENV_URL = "KJIT_REMOTE_CACHE"
+ENV_URL = registry.ENV_URL                     # KJIT_REMOTE_CACHE
+ENV_BACKEND = registry.ENV_BACKEND             # KJIT_REMOTE_CACHE_BACKEND: package.module:Class
 ENV_KEY = "KJIT_REMOTE_CACHE_KEY"              # HMAC-SHA256 secret (text)
 ENV_KEY_FILE = "KJIT_REMOTE_CACHE_KEY_FILE"    # ... or a file holding it (kept out of `ps e`)
 ENV_PREFIX = "KJIT_REMOTE_CACHE_PREFIX"
@@ -34,14 +37,12 @@ ENV_BACKOFF = "KJIT_REMOTE_CACHE_BACKOFF"      # first pause after a failure (do
 ENV_LEASE = "KJIT_REMOTE_CACHE_LEASE"          # a dead compiler's lease lapses after this
 ENV_WAIT = "KJIT_REMOTE_CACHE_WAIT"            # longest wait for another node's compile
 ENV_UNSIGNED = "KJIT_REMOTE_CACHE_UNSIGNED"    # 1: trust a shared server without a signing key
-ENV_VARS = (ENV_URL, ENV_KEY, ENV_KEY_FILE, ENV_PREFIX, ENV_TTL, ENV_MAX_VALUE, ENV_TIMEOUT,
-            ENV_BACKOFF, ENV_LEASE, ENV_WAIT, ENV_UNSIGNED)
+ENV_VARS = (ENV_URL, ENV_BACKEND, ENV_KEY, ENV_KEY_FILE, ENV_PREFIX, ENV_TTL, ENV_MAX_VALUE,
+            ENV_TIMEOUT, ENV_BACKOFF, ENV_LEASE, ENV_WAIT, ENV_UNSIGNED)
 
 DEFAULT_PREFIX = f"kjit:{SCHEMA_VERSION}:"
-SCHEMES = ("redis", "rediss", "unix")
+SCHEMES = tuple(registry.BUILTIN)
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_.:/-]+")
-_URL_FORM = ("a Redis URL: redis://[user:password@]host:port/db, rediss://... for TLS, "
-             "or unix:///path/to/socket")
 # The longest each duration may be: beyond these a setting is a typo, and some overflow the
 # socket and Redis expiry arithmetic.
 _MAX_S = {"ttl_s": 10 * 365 * 86400.0, "timeout_s": 3600.0, "backoff_s": 86400.0,
@@ -49,114 +50,8 @@ _MAX_S = {"ttl_s": 10 * 365 * 86400.0, "timeout_s": 3600.0, "backoff_s": 86400.0
 _MAX_VALUE = 1 << 40
 
 
-class TierError(Exception):
-    """The tier could not answer: unreachable, too slow, refused the login."""
-
-
-class TierFull(TierError):
-    """The tier refused a write for lack of memory (maxmemory with noeviction)."""
-
-
-class ValueTooLarge(TierError):
-    """The server offered a value over KJIT_REMOTE_CACHE_MAX_VALUE; it was refused unread."""
-
-
-class Lease(ABC):
-    """The right to compile one key for the cluster, lapsing unless renewed."""
-
-    @abstractmethod
-    def renew(self) -> bool:
-        """Push the expiry out again; False if the lease already lapsed (someone else may hold it)."""
-
-    @abstractmethod
-    def release(self) -> None:
-        """Give the lease up (only if still ours)."""
-
-
-class Watch(ABC):
-    """A subscription to one key's publications (see RemoteTier.watch)."""
-
-    @abstractmethod
-    def wait(self, timeout_s: float) -> bool:
-        """Block until a value is published under the key (True) or timeout_s passes (False)."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """End the subscription."""
-
-
-class RemoteTier(ABC):
-    """Bytes by cache key (64 hex digits) on a shared server. Every method raises TierError
-    (TierFull for writes) when the server cannot be used; kjit.cache.shared handles faults.
-    `kjit cache ls/stats/clear --remote` also ask a backend for keys(), peek(keys, size),
-    sizes(keys), delete(keys), clear() and stats() (kjit.cache.redis_backend has them)."""
-
-    url: str  # for messages; without a password
-
-    @abstractmethod
-    def get(self, key: str, ttl_s: float) -> bytes | None:
-        """The stored value, None if absent; refreshes its expiry to ttl_s (0: none).
-        kjit.cache.entry.CorruptEntry if the server holds something else under the key."""
-
-    @abstractmethod
-    def put(self, key: str, value: bytes, ttl_s: float, *, overwrite: bool = True) -> bool:
-        """Store `value` and wake the key's watchers; False if overwrite=False and a value
-        was there."""
-
-    @abstractmethod
-    def lease(self, key: str, ttl_s: float) -> Lease | None:
-        """Take the compile lease for `key` if nobody holds it, else None."""
-
-    def watch(self, key: str) -> Watch:
-        """Subscribe to publications under `key` (in place once this returns); without
-        notifications, a waiter polls."""
-        return PollingWatch()
-
-    def lease_ttl(self, key: str) -> float | None:
-        """Seconds left on the lease for `key` (0 when none is held), None when it never
-        lapses: a lease kjit did not take, since kjit's always lapse."""
-        return 0.0
-
-    def expire_lease(self, key: str, ttl_s: float) -> bool:
-        """Give a lease without expiry one of ttl_s (never shortens a live lease's)."""
-        return False
-
-    def close(self) -> None:
-        """Drop connections (a test or a reconfiguration)."""
-
-
-class PollingWatch(Watch):
-    """No notifications: wait a little longer each time, and look again."""
-
-    def __init__(self) -> None:
-        self.delay = 0.02
-
-    def wait(self, timeout_s: float) -> bool:
-        time.sleep(max(min(self.delay, timeout_s), 0.0))
-        self.delay = min(self.delay * 1.5, 0.5)
-        return False
-
-    def close(self) -> None:
-        pass
-
-
 def _bad(name: str, value: Any, wanted: str):
     raise SettingError(f"{name}={value!r} is not {wanted}")
-
-
-def check_url(url: str) -> str:
-    """`url` if it is a Redis URL kjit can use; InvalidOptionError naming KJIT_REMOTE_CACHE and
-    the accepted forms otherwise (checked without importing the client)."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
-    except ValueError as exc:
-        _bad(ENV_URL, url, f"{_URL_FORM} ({exc})")
-    if parts.scheme not in SCHEMES:
-        _bad(ENV_URL, url, _URL_FORM)
-    if parts.scheme == "unix" and not parts.path:
-        _bad(ENV_URL, url, f"{_URL_FORM} (no socket path)")
-    return url
 
 
 def _secret(env: Any) -> bytes | None:
@@ -182,21 +77,6 @@ def _secret(env: Any) -> bytes | None:
     return secret
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages and `kjit info`."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-    except ValueError:
-        return "(a malformed URL)"
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
 @dataclass(frozen=True)
 class RemoteConfig:
     url: str
@@ -209,6 +89,7 @@ class RemoteConfig:
     lease_s: float = 15.0
     wait_s: float = 600.0
     unsigned_ok: bool = False  # KJIT_REMOTE_CACHE_UNSIGNED=1: no key, and that is meant
+    backend: registry.Choice | None = None  # None: by the URL's scheme
 
     @property
     def display_url(self) -> str:
@@ -233,7 +114,7 @@ class RemoteConfig:
         url = env_text(ENV_URL, env)
         if url is None:
             return None
-        check_url(url)
+        backend = registry.choose(url, env_text(ENV_BACKEND, env))
         secret = _secret(env)
         unsigned = env_switch(ENV_UNSIGNED, env=env)
         prefix = env_raw(ENV_PREFIX, env) or DEFAULT_PREFIX
@@ -247,19 +128,27 @@ class RemoteConfig:
         kw["max_value"] = env_size(ENV_MAX_VALUE, cls.max_value, env=env)
         if kw["max_value"] > _MAX_VALUE:
             _bad(ENV_MAX_VALUE, env_text(ENV_MAX_VALUE, env), "a size of at most 1T")
-        return cls(url=url, secret=secret, prefix=prefix, unsigned_ok=unsigned, **kw)
+        return cls(url=url, secret=secret, prefix=prefix, unsigned_ok=unsigned, backend=backend, **kw)
+
+
+def open_tier(config: RemoteConfig) -> RemoteTier:
+    """The backend for config (imports its module, and its client library, now); SettingError
+    naming the variable where that module or class cannot be used."""
+    return registry.open_backend(config.backend or registry.choose(config.url, None), config)
 
 
 def configure(url: str | None, *, key: str | bytes | None = None, prefix: str | None = None,
               ttl: str | float | None = None, max_value: str | int | None = None,
               timeout: str | float | None = None, backoff: str | float | None = None,
               lease: str | float | None = None, wait: str | float | None = None,
-              unsigned: bool = False) -> RemoteConfig | None:
+              unsigned: bool = False, backend: str | None = None) -> RemoteConfig | None:
     """Use the shared tier at `url` from now on (None: stop using one). Sets the
     KJIT_REMOTE_CACHE* variables, so processes started later inherit the setting; the
     arguments left out are unset. Without `key`, the tier is used only with unsigned=True
-    (trust the server: see docs/security.md). Returns the checked configuration."""
-    values = {ENV_URL: url, ENV_KEY: key.decode() if isinstance(key, bytes) else key,
+    (trust the server: see docs/security.md). `backend` ("package.module:Class") names the
+    class that serves `url`, else its scheme decides (docs/cluster.md, "Writing your own
+    tier"); a plug-in class is imported and checked here. Returns the checked configuration."""
+    values = {ENV_URL: url, ENV_BACKEND: backend, ENV_KEY: key.decode() if isinstance(key, bytes) else key,
               ENV_PREFIX: prefix, ENV_TTL: ttl, ENV_MAX_VALUE: max_value, ENV_TIMEOUT: timeout,
               ENV_BACKOFF: backoff, ENV_LEASE: lease, ENV_WAIT: wait, ENV_KEY_FILE: None,
               ENV_UNSIGNED: "1" if unsigned else None}
@@ -267,6 +156,8 @@ def configure(url: str | None, *, key: str | bytes | None = None, prefix: str | 
         values = dict.fromkeys(values)
     trial = {k: str(v) for k, v in values.items() if v is not None}
     config = RemoteConfig.from_env(trial)  # raises before anything changes
+    if config is not None and config.backend is not None and not config.backend.builtin:
+        registry.load(config.backend)      # a plug-in's name, checked now (Redis loads on use)
     for name, value in values.items():
         if value is None:
             os.environ.pop(name, None)

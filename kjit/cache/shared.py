@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from . import entry
 from .remote import (ENV_LEASE, ENV_URL, ENV_VARS, Lease, RemoteConfig, RemoteTier, TierError,
-                     TierFull, ValueTooLarge)
+                     TierFull, ValueTooLarge, open_tier)
 from .disk import CacheWarning
 from ..objectcode import ObjectCode
 from ..settings import env_raw, env_text
@@ -372,18 +372,6 @@ class SharedTier:
     def abandon(self, k: str) -> None:
         """The lease holder's create() failed: tell the waiters to compile themselves."""
         self._mark(k, b"the compile failed on another node", FAILED_MARK_TTL_S)
-
-
-def open_tier(config: RemoteConfig) -> RemoteTier:
-    """The RemoteTier for config.url (imports its client library now)."""
-    try:
-        from .redis_backend import RedisTier
-    except ImportError as exc:
-        from ..errors import KjitError
-        raise KjitError(f"{ENV_URL} is set but the Redis client is not installed ({exc}): "
-                        "pip install 'kjit[redis]', or unset it") from None
-    return RedisTier(config.url, prefix=config.prefix, timeout_s=config.timeout_s,
-                     max_value=config.max_value)
 
 
 _active: "SharedTier | None" = None   # the tier for _active_sig

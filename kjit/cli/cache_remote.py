@@ -64,10 +64,14 @@ def stats(as_json: bool) -> None:
                  f"entries    {d['entries']}",
                  f"bytes      {d['bytes']} ({_size(d['bytes'])}); values over {_size(d['max_value'])} "
                  f"stay local",
-                 f"ttl        {_ttl(d['ttl_s'] or None)} after last use",
-                 f"server     Redis {srv.get('redis_version')}, {_size(srv.get('used_memory'))} used of "
-                 f"{limit} ({srv.get('maxmemory_policy')}), {srv.get('evicted_keys')} evicted, "
-                 f"{srv.get('expired_keys')} expired"]
+                 f"ttl        {_ttl(d['ttl_s'] or None)} after last use"]
+        if "redis_version" in srv:
+            lines.append(f"server     Redis {srv.get('redis_version')}, {_size(srv.get('used_memory'))} "
+                         f"used of {limit} ({srv.get('maxmemory_policy')}), {srv.get('evicted_keys')} "
+                         f"evicted, {srv.get('expired_keys')} expired")
+        else:  # another backend: what it says about itself
+            rest = ", ".join(f"{k} {v}" for k, v in srv.items() if k != "server")
+            lines.append(f"server     {srv.get('server') or '(not described)'}" + (f" ({rest})" if rest else ""))
         return "\n".join(lines)
     emit(s, as_json, text)
 

@@ -81,16 +81,19 @@ def _headers(hiprtc_version: str | None) -> dict:
 
 def _remote() -> dict | None:
     """The shared tier: where, whether values are signed, whether it answers."""
-    from ..cache import remote, shared
+    from ..cache import registry, remote, shared
     try:
         config = remote.RemoteConfig.from_env()
         if config is None:
             return None
-        out = {"url": config.display_url, "prefix": config.prefix, "signed": config.secret is not None}
+        out = {"url": config.display_url, "prefix": config.prefix, "signed": config.secret is not None,
+               "backend": (config.backend or registry.choose(config.url, None)).spec}
         if config.refusal:  # no key and no KJIT_REMOTE_CACHE_UNSIGNED=1: not used
             return dict(out, off=True, error=config.refusal)
         tier = shared.active()
-        out["server"] = tier.backend.stats().get("redis_version")
+        server = tier.backend.stats()  # Redis says its version; another backend what it is
+        out["server"] = server.get("redis_version") if out["backend"] == registry.REDIS else \
+            str(server.get("server") or type(tier.backend).__name__)
         out["reachable"] = True
     except remote.TierError as exc:
         out.update(reachable=False, error=str(exc))
@@ -109,7 +112,10 @@ def _remote_text(r: dict | None) -> str:
     signed = ("signed (HMAC-SHA256)" if r["signed"] else
               "UNSIGNED (KJIT_REMOTE_CACHE_UNSIGNED=1): any client that can write to it can make "
               "this node run its code; set KJIT_REMOTE_CACHE_KEY_FILE to sign")
-    state = f"Redis {r['server']}" if r.get("reachable") else f"unreachable: {r.get('error')}"
+    from ..cache.registry import REDIS
+    redis = r.get("backend") == REDIS
+    state = (f"Redis {r['server']}" if redis else r["server"]) if r.get("reachable") else \
+        f"unreachable: {r.get('error')}"
     return f"{r['url']} ({state}); {signed}"
 
 
