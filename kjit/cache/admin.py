@@ -331,10 +331,13 @@ def stats_remote() -> dict[str, Any]:
 
 
 def clear_remote() -> int:
-    """Remove every value (and lease) under the tier's prefix; returns how many values."""
+    """Remove every value (and lease) under the tier's prefix; returns how many entries, as
+    `ls --remote` counted them (the cluster's records of what compiles read go too)."""
     tier = _remote_tier()
     try:
-        return tier.backend.clear()
+        entries = sum(1 for _ in tier.backend.keys())
+        tier.backend.clear()
+        return entries
     except TierError as exc:
         raise _unusable(tier, exc) from None
 
