@@ -87,7 +87,9 @@ def test_ls_stats_and_clear_remote(remote_env, tmp_path, monkeypatch):
     assert "NO: set KJIT_REMOTE_CACHE_KEY" in text and "entries    1" in text
     local = run("cache", "stats").output
     assert "remote" in local and "published 1" in local
-    assert jrun("cache", "clear", "--remote", "--yes") == {"removed": 1}
+    cleared = jrun("cache", "clear", "--remote", "--yes")
+    assert cleared["removed"] == 1   # the entry ls showed; its record, where one was filed, too
+    assert cleared["other"] in (0, 1)
     assert jrun("cache", "ls", "--remote") == []
     assert len(jrun("cache", "ls")) == 1, "clearing the remote cache touched the local one"
 

@@ -332,14 +332,21 @@ def stats_remote() -> dict[str, Any]:
 
 def clear_remote() -> int:
     """Remove every value (and lease) under the tier's prefix; returns how many entries, as
-    `ls --remote` counted them (the cluster's records of what compiles read go too)."""
+    `ls --remote` counts them."""
+    return clear_remote_report()["removed"]
+
+
+def clear_remote_report() -> dict[str, int]:
+    """clear_remote(), saying what went: "removed", the entries `ls --remote` lists, and
+    "other", the rest of kjit's names (the cluster's records of what compiles read, names no
+    kjit wrote)."""
     tier = _remote_tier()
     try:
         entries = sum(1 for _ in tier.backend.keys())
-        tier.backend.clear()
-        return entries
+        values = tier.backend.clear()
     except TierError as exc:
         raise _unusable(tier, exc) from None
+    return {"removed": entries, "other": max(0, values - entries)}
 
 
 def push(*, keys: list[str] | None = None, overwrite: bool = False) -> dict[str, Any]:

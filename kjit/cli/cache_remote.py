@@ -86,10 +86,12 @@ def clear(yes: bool, as_json: bool) -> None:
         confirm_removal(f"every entry under {config.prefix} in the shared tier at "
                         f"{config.display_url}, for every node that uses it", yes, as_json)
     try:
-        n = _ops().clear_remote()
+        report = _ops().clear_remote_report()
     except KjitError as exc:
         raise fail(exc)
-    emit({"removed": n}, as_json, lambda d: f"removed {d['removed']} entries from the remote cache")
+    emit(report, as_json, lambda d: f"removed {d['removed']} entries from the remote cache"
+         + (f" (and {d['other']} other values: the cluster's records of what compiles read)"
+            if d["other"] else ""))
 
 
 def local_lines(d: dict) -> str:
