@@ -70,3 +70,37 @@ def other_family_loaded(lib: str, version: tuple[int, int]) -> str | None:
             f"{version[0]}.{version[1]}, of the CUDA {version[0]} family, from another wheel in "
             f"this environment: what it makes needs a CUDA {version[0]} driver. Keep one family: "
             f"uninstall the other's wheels, or pip install 'kjit[cu{version[0]}]'")
+
+
+# The CUDA 12 family's libraries, where its wheels put them below a sys.path entry.
+_CU12_LIBS = {"nvrtc": "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+              "nvjitlink": "nvidia/nvjitlink/lib/libnvJitLink.so.12",
+              "nvfatbin": "nvidia/nvfatbin/lib/libnvfatbin.so.12"}
+
+
+def load_family_library(lib: str) -> None:
+    """Load the CUDA 12 family's `lib` ("nvrtc", "nvjitlink", "nvfatbin") before cuda.bindings
+    does, where cuda-bindings is of that family: cuda.pathfinder takes a library already
+    loaded, and would otherwise prefer a CUDA 13 wheel's libnvrtc.so.13 left in the same
+    environment (one moved from kjit[cu13] to kjit[cu12] keeps it). Does nothing for the CUDA
+    13 family, or where no CUDA 12 wheel holds the library."""
+    import ctypes
+    import os
+    import sys
+    bindings = package_version(("cuda-bindings",))
+    rel = _CU12_LIBS.get(lib)
+    if not rel or not bindings or bindings[1].split(".")[0] != "12":
+        return
+    try:
+        ctypes.CDLL(os.path.basename(rel), mode=os.RTLD_NOLOAD)
+        return   # loaded already
+    except OSError:
+        pass
+    for entry in sys.path:
+        path = os.path.join(entry or ".", rel)
+        if os.path.isfile(path):
+            try:
+                ctypes.CDLL(path)
+            except OSError:   # cuda.bindings will say what it finds, or that it finds none
+                pass
+            return

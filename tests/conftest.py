@@ -54,6 +54,27 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _cuda_context_restored(request):
+    """A GPU test leaves the thread's current CUDA context as it found it: PyTorch and CuPy
+    take their current device from it, so a test leaving device 1's current would put the
+    next test's tensors there. One that does is named in a warning, and the context put back."""
+    if "gpu" not in request.keywords or _gpu_reason():
+        yield
+        return
+    from kjit import driver
+    before = driver.current_context()
+    yield
+    after = driver.current_context()
+    # no context current reads as device 0, the one kjit and the frameworks make current then
+    was, now = (driver.context_device(c) if c is not None else 0 for c in (before, after))
+    if now != was:
+        import warnings
+        warnings.warn(f"{request.node.nodeid} left device {now}'s context current (device {was} "
+                      "before it)", RuntimeWarning)
+        driver.call(driver.bindings().cuCtxSetCurrent, before if before is not None else 0)
+
+
+@pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own cache directory, so tests never see each other's entries."""
     monkeypatch.setenv("KJIT_CACHE_DIR", str(tmp_path_factory.mktemp("kjit-cache")))

@@ -4,6 +4,7 @@ its own runtime headers and device runtime. The suite itself runs on both famili
 (.ci/run); the GPU machine runs the GPU tests on both (docs/contributing.md)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -158,3 +159,37 @@ def test_crt_never_comes_from_a_toolkit_of_another_cuda_major(monkeypatch, tmp_p
         assert th.crt_dir(str(cudart)) == str(toolkit12)
     finally:
         th.crt_dir.cache_clear()
+
+
+MIXED = textwrap.dedent("""
+    import json
+    import kjit
+    from kjit.linker import nvjitlink as kjit_nvjitlink
+    from cuda.bindings import nvrtc
+    ptx = kjit.compile('extern "C" __global__ void f(float* x) { x[0] = 1; }', arch="sm_80",
+                       target="ptx")
+    kjit.link([ptx], arch="sm_80", backend="nvjitlink")
+    print(json.dumps({"nvrtc": list(nvrtc.nvrtcVersion()[1:]),
+                      "nvjitlink": list(kjit_nvjitlink.version())}))
+""")
+
+
+def _cu13_beside() -> bool:
+    import site
+    return any((Path(d) / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13").is_file()
+               for d in site.getsitepackages())
+
+
+@pytest.mark.skipif(not (__import__("cuda.bindings").bindings.__version__.startswith("12.")
+                         and _cu13_beside()),
+                    reason="needs the CUDA 12 family with a CUDA 13 NVRTC wheel left beside it")
+def test_the_cuda12_family_loads_its_own_libraries_beside_cuda13_wheels(tmp_path):
+    # an environment moved from kjit[cu13] to kjit[cu12] keeps the CUDA 13 NVRTC wheel, which
+    # cuda.pathfinder would take first (libnvrtc.so.13 before .so.12)
+    env = {**os.environ, "KJIT_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", MIXED], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = __import__("json").loads(out.stdout.splitlines()[-1])
+    assert got["nvrtc"][0] == 12 and got["nvjitlink"][0] == 12, got
+    assert "CompileWarning" not in out.stderr, out.stderr

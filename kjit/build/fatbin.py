@@ -70,6 +70,8 @@ def _arch_arg(arch: str) -> str:
 def build(items: Iterable[ObjectCode | FatbinInput], *, compress: str = "none") -> bytes:
     """The fatbin bytes holding every item. Raises FatbinError naming the entry nvFatbin
     rejected, InvalidOptionError for inputs that cannot go into a fatbin."""
+    from ..families import load_family_library
+    load_family_library("nvfatbin")
     from cuda.bindings import nvfatbin
 
     if compress not in COMPRESS_MODES:

@@ -23,6 +23,8 @@ FILE_NAME = "nvrtc-facts.json"
 def loaded_nvrtc() -> Any:
     """cuda.bindings.nvrtc with libnvrtc loaded, or KjitError naming the install that brings
     it (a plain `pip install kjit` installs no CUDA family)."""
+    from ..families import load_family_library
+    load_family_library("nvrtc")
     from cuda.bindings import nvrtc
     try:
         _, major, minor = nvrtc.nvrtcVersion()   # the first call loads libnvrtc

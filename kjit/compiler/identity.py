@@ -23,6 +23,8 @@ def compiler_identity(backend: str) -> str:
         from . import hiprtc
         return "hiprtc " + hiprtc.version_string()  # hip + comgr versions: comgr is the compiler
     if backend == "nvjitlink":
+        from ..families import load_family_library
+        load_family_library("nvjitlink")
         from cuda.bindings import nvjitlink
         text, dist = "nvjitlink " + ".".join(map(str, nvjitlink.version())), "nvidia-nvjitlink"
     else:

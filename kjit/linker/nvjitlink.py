@@ -28,6 +28,8 @@ class Linked:
 
 
 def _nvjitlink():
+    from ..families import load_family_library
+    load_family_library("nvjitlink")
     try:
         from cuda.bindings import nvjitlink
         nvjitlink.version()  # loads libnvJitLink
