@@ -5,6 +5,7 @@ replaying the call, kjit's cache serving a second process, and a failed launch r
 XLA's error rather than a crash."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import runpy
@@ -30,15 +31,25 @@ extern "C" __global__ void scale(const float* x, float* y, float a, int n) {
 }'''
 
 
-def _gpus():
+@functools.lru_cache(maxsize=None)
+def _gpus() -> tuple:
+    """JAX's GPUs, asked once a test runs (never while tests are collected). JAX's first use
+    makes every GPU's context and leaves the last one current in this thread: what was current
+    is put back, so PyTorch and kjit in later tests see the device they would have."""
+    from kjit import driver
+    before = driver.current_context()
     try:
-        return jax.devices("gpu")
+        return tuple(jax.devices("gpu"))
     except RuntimeError:
-        return []
+        return ()
+    finally:
+        driver.call(driver.bindings().cuCtxSetCurrent, before if before is not None else 0)
 
 
-if not _gpus():
-    pytest.skip("JAX has no GPU backend here (jax[cuda13] not installed)", allow_module_level=True)
+@pytest.fixture(autouse=True)
+def _jax_has_a_gpu():
+    if not _gpus():
+        pytest.skip("JAX has no GPU backend here (jax[cuda13] not installed)")
 
 
 @kjit.kernel
@@ -111,8 +122,9 @@ def test_custom_vjp_trains_with_grad():
     np.testing.assert_allclose(float(g), float(ref), rtol=1e-4)
 
 
-@pytest.mark.skipif(len(_gpus()) < 2, reason="one GPU: no second device")
 def test_second_device_runs_where_its_arrays_are():
+    if len(_gpus()) < 2:
+        pytest.skip("one GPU: no second device")
     f = scale.as_jax_op(grid=size_grid, block=128, outputs={"y": "x"})
     d1 = _gpus()[1]
     x = jax.device_put(jnp.arange(1000, dtype=jnp.float32), d1)
