@@ -22,7 +22,7 @@ from typing import Any, Callable, NamedTuple
 from ..errors import ArgumentError, KjitError
 from . import dtypes, jax_ffi, scalars
 from .launch_ex import _dim3
-from .slots import SCALAR_FORMATS, ParamSlot
+from .slots import SCALAR_FORMATS, ParamSlot, check_outputs, pointer_role
 from .torch_op import _signature_of
 
 VMAP_METHODS = ("sequential", "broadcast")
@@ -40,23 +40,13 @@ class JaxParam(NamedTuple):
 def jax_params(slots: tuple | list, kernel: str, outputs: dict) -> list[JaxParam]:
     """Each kernel parameter's role in the JAX function, or ArgumentError for one JAX cannot
     pass (a pointer the kernel may write that is not an output, structs, vectors)."""
-    names = [s.name for s in slots]
-    unknown = sorted(set(outputs) - set(names))
-    if unknown:
-        raise ArgumentError(f"kernel {kernel}: outputs names {unknown}, which are not its "
-                            f"parameters ({', '.join(names)})")
+    check_outputs(slots, kernel, outputs)
     params = []
     for s in slots:
         c = s.ctype
         if c is not None and c.kind == "pointer":
-            if s.name in outputs:
-                if c.const:
-                    raise ArgumentError(f"kernel {kernel}: {s.describe()} points to const, so the "
-                                        "kernel cannot write it; it cannot be an output")
-                kind = "output"
-            elif c.const:
-                kind = "input"
-            else:
+            kind = pointer_role(s, kernel, outputs)
+            if kind == "written":
                 raise ArgumentError(
                     f"kernel {kernel}: {s.describe()} is a pointer the kernel may write, but JAX "
                     f"arrays are immutable: name it in outputs (outputs={{'{s.name}': ...}}) for a "

@@ -58,3 +58,25 @@ def layout(ctypes_: list[CType | None], names: list[str],
         slots.append(ParamSlot(i, n, off, size, c))
         offset = off + size
     return slots
+
+
+# --- the framework bridges' reading of a signature (as_torch_op, as_jax_op) -------------------
+def check_outputs(slots: "list[ParamSlot] | tuple", kernel: str, outputs: dict) -> None:
+    """ArgumentError for names in `outputs` that are not the kernel's parameters."""
+    unknown = sorted(set(outputs) - {s.name for s in slots})
+    if unknown:
+        raise ArgumentError(f"kernel {kernel}: outputs names {unknown}, which are not its "
+                            f"parameters ({', '.join(s.name for s in slots)})")
+
+
+def pointer_role(slot: ParamSlot, kernel: str, outputs: dict) -> str:
+    """A pointer parameter's role: "output" (named in `outputs`: a result the call allocates;
+    a pointer to const cannot be one), "input" (to const) or "written" (the kernel may write
+    it)."""
+    const = slot.ctype is not None and slot.ctype.const
+    if slot.name in outputs:
+        if const:
+            raise ArgumentError(f"kernel {kernel}: {slot.describe()} points to const, so the "
+                                "kernel cannot write it; it cannot be an output")
+        return "output"
+    return "input" if const else "written"

@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple
 from ..errors import ArgumentError
 from .cdecl import parse_signatures
 from .pointers import tensor_pointer
-from .slots import ParamSlot
+from .slots import ParamSlot, check_outputs, pointer_role
 from .stream import OPERATOR_STREAM
 
 
@@ -42,22 +42,13 @@ def operator_params(slots: tuple | list, kernel: str, outputs: dict | None) -> l
     """Each kernel parameter's role in the operator, or ArgumentError for one PyTorch cannot
     pass (structs, vectors, pointers of unknown type)."""
     outputs = dict(outputs or {})
-    names = {s.name for s in slots}
-    unknown = sorted(set(outputs) - names)
-    if unknown:
-        raise ArgumentError(f"kernel {kernel}: outputs names {unknown}, which are not its "
-                            f"parameters ({', '.join(s.name for s in slots)})")
+    check_outputs(slots, kernel, outputs)
     params = []
     for s in slots:
         c = s.ctype
         if c is not None and c.kind == "pointer":
-            if s.name in outputs:
-                if c.const:
-                    raise ArgumentError(f"kernel {kernel}: {s.describe()} points to const, so "
-                                        "the kernel cannot write it; it cannot be an output")
-                kind = "output"
-            else:
-                kind = "input" if c.const else "mutated"
+            kind = pointer_role(s, kernel, outputs)
+            kind = "mutated" if kind == "written" else kind
         elif c is not None and c.kind in _SCALARS:
             kind = c.kind if c.kind != "uint" else "int"
         else:
