@@ -322,3 +322,18 @@ def test_precompiled_specializations_launch_on_the_device():
         kjit.synchronize()
         assert int(out.get()[0]) == v
         assert f.object.cache_hit is True
+
+
+def test_an_on_result_callback_that_raises_is_raised_after_every_item_compiled():
+    # a worker's serving thread used to die with it, leaving the items after it as None
+    srcs = [f'extern "C" __global__ void k{i}(int* p) {{ p[0] = {i}; }}' for i in range(6)]
+    seen = []
+
+    def broken(i, result):
+        seen.append(i)
+        raise RuntimeError("callback broke")
+
+    with pytest.raises(RuntimeError, match="callback broke"):
+        kjit.compile_many(srcs, arch="sm_80", jobs=2, on_result=broken)
+    assert sorted(seen) == list(range(6))
+    assert all(kjit.compile(s, arch="sm_80").cache_hit for s in srcs)   # and every one stored

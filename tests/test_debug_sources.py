@@ -289,3 +289,22 @@ def test_compile_many_keeps_the_sources_its_workers_compile():
     for item, obj in zip(items, objs):
         path = only_source_file(obj)
         assert path.endswith(item["name"]) and Path(path).read_text() == item["source"]
+
+
+def test_a_baked_cache_holding_the_source_but_not_its_headers_is_not_named(monkeypatch, tmp_path):
+    # a read-only cache listed with a writable one, baked by an install whose in-memory headers
+    # (kjit's prelude among them) differ: the binary must name a directory that holds them all
+    src = 'extern "C" __global__ void f(float* p) { p[0] = 1; }\n'
+    baked, mine = tmp_path / "baked", tmp_path / "mine"
+    (baked / "sources").mkdir(parents=True, mode=0o700)
+    only_src = Path(sources.file_in(str(baked / "sources"), src, "k.cu"))
+    only_src.parent.mkdir(parents=True, mode=0o700)
+    only_src.write_text(src)
+    monkeypatch.setenv("KJIT_CACHE_DIR", os.pathsep.join([str(mine), str(baked)]))
+    opts = kjit.CompileOptions(line_info=True, headers={"h.h": "#define H 1\n"})
+    obj = kjit.compile(src + '#include "h.h"\n', name="k.cu", arch="sm_90", target="ptx",
+                       options=opts)
+    for f in ptx_files(obj):
+        assert Path(f).is_file(), f
+    from kjit.compiler import kept
+    assert kept.sources_dir(src, "k.cu", "cuda", opts) == str(mine / "sources")

@@ -256,3 +256,10 @@ def test_import_kjit_never_imports_jax():
     code = ("import sys, kjit; kjit.kernel; kjit.Kernel; import kjit.runtime.kernel; "
             "assert 'jax' not in sys.modules, 'jax imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_kernel_of_too_many_parameters_is_refused_naming_it():
+    # refused before the handler's table is asked (which would raise a bare ValueError)
+    from kjit.runtime.jax_ffi import Plan
+    with pytest.raises(ArgumentError, match=r"kernel wide: 132 parameters.*at most 128"):
+        Plan(None, "wide", [2] * 132, list(range(132)), 1, 1)

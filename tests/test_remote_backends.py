@@ -317,3 +317,22 @@ def test_the_interface_declares_every_method_kjit_calls_on_a_backend():
     public = {m for m in dir(backend.RemoteTier) if not m.startswith("_") and m != "from_config"
               and callable(getattr(backend.RemoteTier, m))}
     assert public <= set(vars(registry.Guarded)), public - set(vars(registry.Guarded))
+
+
+class _NoCredentials(__import__("dir_tier").DirectoryTier):
+    """A plug-in whose client finds no credentials when it is made."""
+
+    @classmethod
+    def from_config(cls, config):
+        raise RuntimeError("no credentials found")
+
+
+def test_a_plugin_failing_to_start_is_a_setting_error_naming_it(monkeypatch):
+    spec = f"{_NoCredentials.__module__}:_NoCredentials"
+    monkeypatch.setenv("KJIT_REMOTE_CACHE", "s3://bucket/prefix")
+    monkeypatch.setenv("KJIT_REMOTE_CACHE_BACKEND", spec)
+    from kjit.settings import SettingError
+    from kjit.cache import registry, remote
+    choice = registry.choose("s3://bucket/prefix", spec)
+    with pytest.raises(SettingError, match=r"from_config failed \(RuntimeError: no credentials found\)"):
+        registry.open_backend(choice, remote.RemoteConfig.from_env())

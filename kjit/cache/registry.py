@@ -157,6 +157,11 @@ def open_backend(choice: Choice, config: Any) -> RemoteTier:
     except (ValueError, TypeError) as exc:  # the URL or a limit is not one it can use
         raise SettingError(f"{ENV_URL}={shown(config.display_url)} cannot be used by {choice.spec} "
                            f"({type(exc).__name__}: {exc})") from None
+    except Exception as exc:   # a plug-in's own failure (no credentials...): said, not a traceback
+        if choice.builtin:
+            raise
+        raise SettingError(f"{choice.where}: {choice.spec}.from_config failed "
+                           f"({type(exc).__name__}: {exc})") from None
     if not isinstance(backend, RemoteTier):
         raise SettingError(f"{choice.where}: {choice.spec}.from_config returned a "
                            f"{type(backend).__name__}, not a kjit.cache.backend.RemoteTier")

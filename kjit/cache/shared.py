@@ -390,6 +390,7 @@ def active() -> "SharedTier | None":
         config = RemoteConfig.from_env()
         if _active is not None:
             _active.close()
+        _active = _active_sig = None   # never the closed one again, if opening the new fails
         refusal = config.refusal if config is not None else None
         _active = None if config is None or refusal else SharedTier(config, open_tier(config))
         _active_sig = sig

@@ -12,6 +12,7 @@ cache hit writes its file again if it is gone.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import time
@@ -58,6 +59,8 @@ def ensure(sources_dir: str, text: str, name: str, path: str | None = None) -> O
     try:
         data = text.encode()
         if holds(path, len(data)):
+            with contextlib.suppress(OSError):   # in use again: too new for prune to take
+                os.utime(path)
             return None
         _write(Path(sources_dir), Path(path), data)
         counts["written"] += 1

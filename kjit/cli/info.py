@@ -22,13 +22,16 @@ def gather() -> dict:
     except Exception as exc:
         info["nvrtc"], info["nvrtc_archs"] = None, []
         info["nvrtc_error"] = str(exc)
+    from ..families import load_family_library
     try:
+        load_family_library("nvjitlink")   # the one kjit links with, as for a link
         from cuda.bindings import nvjitlink
         v = nvjitlink.version()
         info["nvjitlink"] = ".".join(map(str, v))
     except Exception:
         info["nvjitlink"] = None
     try:
+        load_family_library("nvfatbin")
         from cuda.bindings import nvfatbin
         info["nvfatbin"] = ".".join(map(str, nvfatbin.version()))
     except Exception:

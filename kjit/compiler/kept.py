@@ -28,14 +28,17 @@ def sources_dir(source: str, name: str, backend: str, options: Any) -> str | Non
     source paths into the binary and KJIT_DEBUG_SOURCES is not off."""
     if backend != "cuda" or not roots.paths_matter(options) or not switch_on(ENV_SWITCH):
         return None
-    where = _choose(source, name)
+    from .search import for_options
+    kept = [(source, name), *((t, n) for n, t in for_options(options, backend).headers.items())]
+    where = _choose(kept)
     return None if "\n" in where or "\r" in where else where   # no #line could name it
 
 
-def _choose(text: str, name: str) -> str:
-    """The absolute sources directory for a compile of `text` under `name`: a listed cache
-    directory that keeps it already (a read-only cache baked with its sources), else the
-    one new results go to."""
+def _choose(kept: list[tuple[str, str]]) -> str:
+    """The absolute sources directory for a compile keeping these (text, name) files: a
+    listed cache directory that holds every one already (a read-only cache baked with its
+    sources: one holding the source but not, say, this kjit's prelude could never be given
+    the rest), else the one new results go to."""
     import os
     from pathlib import Path
     from ..cache import sources
@@ -43,10 +46,10 @@ def _choose(text: str, name: str) -> str:
     from ..locations import cache_dirs
     dirs = [Path(os.path.abspath(d)) for d in cache_dirs()]
     if len(dirs) > 1:
-        size = len(text.encode())
         for d in dirs:
-            if sources.holds(sources.file_in(str(d / sources.SUBDIR), text, name), size):
-                return str(d / sources.SUBDIR)
+            sub = str(d / sources.SUBDIR)
+            if all(sources.holds(sources.file_in(sub, t, n), len(t.encode())) for t, n in kept):
+                return sub
     top = next((d for d in dirs if writable(d)), dirs[0])
     return str(top / sources.SUBDIR)
 

@@ -61,6 +61,8 @@ def compile_many(sources: Iterable[Any], *, arch: Any = None, target: str | None
         _run(items, results, size, tracker)
     finally:
         tracker.close()
+    if tracker.callback_error is not None:   # a serving thread would have lost it
+        raise tracker.callback_error
     failed = [i for i, r in enumerate(results) if isinstance(r, BaseException)]
     if failed and errors == "raise":
         exc = results[failed[0]]
@@ -216,6 +218,7 @@ class _Progress:
                  results: list | None = None):
         self.total, self.count, self.progress = total, 0, progress
         self.on_result, self.results = on_result, results
+        self.callback_error: BaseException | None = None
         self.lock = threading.Lock()
         self.t0 = time.monotonic()
         self.bar: Any = None
@@ -241,7 +244,11 @@ class _Progress:
 
     def done(self, miss: bool, index: int | None = None) -> None:
         if self.on_result is not None and index is not None:
-            self.on_result(index, self.results[index])   # outside the lock: it may take a while
+            try:   # outside the lock: it may take a while
+                self.on_result(index, self.results[index])
+            except BaseException as exc:   # raised by compile_many once every item is done
+                with self.lock:
+                    self.callback_error = self.callback_error or exc
         with self.lock:
             self.count += 1
             if callable(self.progress):

@@ -14,7 +14,7 @@ import sys
 import threading
 from typing import Any, Sequence
 
-from ..errors import ArgumentError, DriverError
+from ..errors import ArgumentError, DriverError, KjitError
 from .candidates import Candidate, compile_candidates, limit_problem
 from .store import Transient, get_or_measure
 
@@ -34,6 +34,13 @@ class Measurer:
         self.stream = stream
         self.protected: Any = None
         self.ready: "queue.Queue[tuple[Candidate | None, BaseException | None]]" = queue.Queue()
+        # the arch of this thread's device, resolved here: the compile thread has no current
+        # context, and would take device 0's
+        self.arch = tuner.arch
+        if self.arch is None:
+            from ..arch import device_arch
+            found = device_arch()
+            self.arch = found.name if found is not None else None
         self.threads: list[threading.Thread] = []
 
     # --- compiling, in the background -----------------------------------------------------
@@ -66,10 +73,15 @@ class Measurer:
                 c.object = r
             self.ready.put((c, None))
         try:
-            compile_candidates([c.compile_item() for c in todo], self.tuner.arch, on_result=done,
+            compile_candidates([c.compile_item() for c in todo], self.arch, on_result=done,
                                jobs=_jobs())
-        except BaseException as exc:   # bad arguments, before anything compiled: the caller's
+        except BaseException as exc:   # bad arguments, or on_result's own failure: the caller's
             self.ready.put((None, exc))
+            return
+        for c in todo:   # never left waiting for a candidate compile_many did not report
+            if c.object is None and c.error is None:
+                c.error = KjitError("kjit.compile_many returned no result for this candidate")
+                self.ready.put((c, None))
 
     # --- the step -------------------------------------------------------------------------
     def measure(self, batch: Sequence[Candidate]) -> list[dict | None]:
