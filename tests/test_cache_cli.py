@@ -252,3 +252,8 @@ extern "C" __global__ void plain_c(int* p) { p[0] = 1; }
     shown = run("show", by_kind["cubin"]["key"]).output
     kernels_line = next(line for line in shown.splitlines() if line.startswith("kernels"))
     assert "ns::fill" in kernels_line and "_Z" not in kernels_line
+    # and --kernel finds them by those names
+    for name in ("ns::fill", "over(float*)", "axpy<double>"):
+        assert [r["kind"] for r in jrun("ls", "--kernel", name)] == ["cubin"], name
+    assert {r["kind"] for r in jrun("ls", "--kernel", "axpy<float>")} == {"cubin", "ltoir"}
+    assert jrun("ls", "--kernel", "ns::nothing") == []

@@ -45,15 +45,20 @@ def ls_cmd(kernel, arch, sort, reverse, limit, remote: bool, as_json: bool) -> N
     if remote:
         return cache_remote.ls(limit, as_json)
     page = limit if limit is not None else (0 if as_json else PAGE)
+    # a name as C++ writes it (ns::fill, scale<float>) is in no entry's stored names, which are
+    # the lowered ones: such a filter is applied here, to the names as `ls` shows them
+    cxx = kernel is not None and any(ch in kernel for ch in ":<>(),* ")
     try:  # one more than the page tells whether there are more
-        rows = _api().ls(kernel=kernel, arch=arch, sort=sort, reverse=reverse,
-                         limit=page + 1 if page else None)
+        rows = _api().ls(kernel=None if cxx else kernel, arch=arch, sort=sort, reverse=reverse,
+                         limit=page + 1 if page and not cxx else None)
     except KjitError as exc:
         raise fail(exc)
-    more = bool(page) and len(rows) > page
-    rows = rows[:page] if page else rows
     for r in rows:
         r["names"] = kernel_names(r)
+    if cxx:
+        rows = [r for r in rows if any(kernel in n for n in r["names"])]
+    more = bool(page) and len(rows) > page
+    rows = rows[:page] if page else rows
 
     def text(rows):
         if not rows:
