@@ -61,9 +61,7 @@ def table(results: dict) -> str:
             lines.append(f"{name:46s}{cells}")
     cc = results.get("compile_cache", {})
     if cc:
-        lines.append("compile and cache")
-        for k, v in cc.items():
-            lines.append(f"  {k:52s} {v:10.2f}" if isinstance(v, float) else f"  {k:52s} {v}")
+        _section(lines, "compile and cache", cc, 52, 2)
         bare = cc.get("bare driver fresh process to first launch ms")
         fresh = cc.get("kjit fresh process to first launch ms")
         if bare and fresh:
@@ -72,40 +70,16 @@ def table(results: dict) -> str:
             with_np = cc.get("bare driver + import numpy fresh process ms")
             if with_np:
                 lines.append(f"  {'kjit fresh process / (bare driver + numpy)':52s} {fresh / with_np:10.2f}x")
-    mg = results.get("multigpu", {})
-    if mg:
-        lines.append("two GPUs: launch cost by device, one thread per device")
-        for k, v in mg.items():
-            if isinstance(v, float):
-                lines.append(f"  {k:52s} {v:10.2f}")
-            elif not isinstance(v, dict):
-                lines.append(f"  {k:52s} {v}")
-    gi = results.get("gil", {})
-    if gi:
-        lines.append("the GIL around cuLaunchKernel, one Python thread")
-        for k, v in gi.items():
-            lines.append(f"  {k:60s} {v:10.3f}" if isinstance(v, float) else f"  {k:60s} {v}")
-    gr = results.get("graphs", {})
-    if gr:
-        lines.append("CUDA graphs: host cost per kernel replayed, against launches one by one")
-        for k, v in gr.items():
-            lines.append(f"  {k:60s} {v:10.3f}" if isinstance(v, float) else f"  {k:60s} {v}")
-    hd = results.get("headers", {})
-    if hd:
-        lines.append("toolkit-header kernel (CUB + cooperative groups + fp16) vs a small one, sm_90")
-        for k, v in hd.items():
-            lines.append(f"  {k:60s} {v:10.2f}" if isinstance(v, float) else f"  {k:60s} {v}")
-    to = results.get("torch_ops", {})
-    if to:
-        lines.append("PyTorch: one small kernel on a tensor, median us per call over interleaved rounds")
-        for k, v in to.items():
-            if k != "rounds":
-                lines.append(f"  {k:72s} {v:10.2f}" if isinstance(v, float) else f"  {k:72s} {v}")
-    b = results.get("build", {})
-    if b:
-        lines.append("kjit build of the example library")
-        for k, v in b.items():
-            lines.append(f"  {k:52s} {v:10.1f}" if isinstance(v, float) else f"  {k:52s} {v}")
+    _section(lines, "two GPUs: launch cost by device, one thread per device",
+             results.get("multigpu", {}), 52, 2, dicts=False)
+    _section(lines, "the GIL around cuLaunchKernel, one Python thread", results.get("gil", {}), 60, 3)
+    _section(lines, "CUDA graphs: host cost per kernel replayed, against launches one by one",
+             results.get("graphs", {}), 60, 3)
+    _section(lines, "toolkit-header kernel (CUB + cooperative groups + fp16) vs a small one, sm_90",
+             results.get("headers", {}), 60, 2)
+    _section(lines, "PyTorch: one small kernel on a tensor, median us per call over interleaved rounds",
+             {k: v for k, v in results.get("torch_ops", {}).items() if k != "rounds"}, 72, 2)
+    _section(lines, "kjit build of the example library", results.get("build", {}), 52, 1)
     if results.get("throughput"):
         from benchmarks.throughput import lines as throughput_lines
         lines += throughput_lines(results["throughput"])
@@ -118,6 +92,20 @@ def table(results: dict) -> str:
         lines.append(tune_table(tu) if "error" not in tu else f"tune: {tu['error']}")
     lines.append("targets: " + ", ".join(f"{k}: {'met' if ok else 'MISSED'}" for k, ok in targets(results).items()))
     return "\n".join(lines)
+
+
+def _section(lines: list[str], title: str, values: dict, width: int, digits: int,
+             dicts: bool = True) -> None:
+    """A titled block of `name  value` lines (floats to `digits` places); nothing if empty.
+    dicts=False leaves out values that are dicts (per-round detail kept for the JSON)."""
+    if not values:
+        return
+    lines.append(title)
+    for k, v in values.items():
+        if isinstance(v, float):
+            lines.append(f"  {k:{width}s} {v:10.{digits}f}")
+        elif dicts or not isinstance(v, dict):
+            lines.append(f"  {k:{width}s} {v}")
 
 
 def targets(results: dict) -> dict[str, bool]:

@@ -3,12 +3,23 @@ driver each needs, whether the driver can run what the installed family makes, a
 install when a family's library is missing."""
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from .locations import package_version
 
 # The oldest driver of each CUDA major (Linux), for the message below and the README's table.
 FAMILY_DRIVERS = {12: "525.60.13", 13: "580.65.06"}
+# Where each family's runtime wheel puts its files below site-packages/nvidia/ (include/, lib/).
+RUNTIME_WHEEL_DIRS = {13: ("cu13",), 12: ("cuda_runtime", "cu12")}
+
+
+def installed_family() -> tuple[int, str] | None:
+    """(CUDA major, version) of the installed cuda-bindings: the family kjit is using (it
+    loads only that major's NVRTC and nvJitLink), or None."""
+    found = package_version(("cuda-bindings",))
+    major = found[1].split(".")[0] if found else ""
+    return (int(major), found[1]) if major.isdigit() else None  # type: ignore[index]
 
 
 def family_mismatch(driver_version: int, bindings_version: str) -> str | None:
@@ -46,11 +57,10 @@ def older_driver(drv: Any) -> str | None:
 def family_install_hint() -> str:
     """What to install when a CUDA library of kjit's family (NVRTC, nvJitLink, nvFatbin) is
     missing: the family matching the cuda-bindings already installed, else both."""
-    bindings = package_version(("cuda-bindings",))
-    major = bindings[1].split(".")[0] if bindings else ""
-    if major in ("12", "13"):
-        return (f"install kjit's CUDA {major} family: pip install 'kjit[cu{major}]' "
-                f"(cuda-bindings {bindings[1]} is of that family)")  # type: ignore[index]
+    family = installed_family()
+    if family and family[0] in FAMILY_DRIVERS:
+        return (f"install kjit's CUDA {family[0]} family: pip install 'kjit[cu{family[0]}]' "
+                f"(cuda-bindings {family[1]} is of that family)")
     return ("install one of kjit's CUDA families: pip install 'kjit[cu13]' (drivers 580 and "
             "newer) or 'kjit[cu12]' (drivers 525 and newer)")
 
@@ -60,13 +70,11 @@ def other_family_loaded(lib: str, version: tuple[int, int]) -> str | None:
     cuda.pathfinder loads the newest it finds (libnvrtc.so.13 before .so.12), so an environment
     holding both families' wheels gives cuda-bindings 12 the CUDA 13 NVRTC, whose output a
     CUDA 12 driver cannot run."""
-    bindings = package_version(("cuda-bindings",))
-    if not bindings or not bindings[1].split(".")[0].isdigit():
+    family = installed_family()
+    if family is None or version[0] == family[0]:
         return None
-    have = int(bindings[1].split(".")[0])
-    if version[0] == have:
-        return None
-    return (f"cuda-bindings {bindings[1]} (kjit's CUDA {have} family) loaded {lib} "
+    have = family[0]
+    return (f"cuda-bindings {family[1]} (kjit's CUDA {have} family) loaded {lib} "
             f"{version[0]}.{version[1]}, of the CUDA {version[0]} family, from another wheel in "
             f"this environment: what it makes needs a CUDA {version[0]} driver. Keep one family: "
             f"uninstall the other's wheels, or pip install 'kjit[cu{version[0]}]'")
@@ -78,6 +86,7 @@ _CU12_LIBS = {"nvrtc": "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
               "nvfatbin": "nvidia/nvfatbin/lib/libnvfatbin.so.12"}
 
 
+@functools.lru_cache(maxsize=None)   # once per library and process
 def load_family_library(lib: str) -> None:
     """Load the CUDA 12 family's `lib` ("nvrtc", "nvjitlink", "nvfatbin") before cuda.bindings
     does, where cuda-bindings is of that family: cuda.pathfinder takes a library already
@@ -87,9 +96,9 @@ def load_family_library(lib: str) -> None:
     import ctypes
     import os
     import sys
-    bindings = package_version(("cuda-bindings",))
+    family = installed_family()
     rel = _CU12_LIBS.get(lib)
-    if not rel or not bindings or bindings[1].split(".")[0] != "12":
+    if not rel or not family or family[0] != 12:
         return
     try:
         ctypes.CDLL(os.path.basename(rel), mode=os.RTLD_NOLOAD)

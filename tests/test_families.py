@@ -84,7 +84,7 @@ def test_the_cuda12_runtime_headers_come_first_on_the_cuda12_family(monkeypatch,
         (d / "cuda_runtime.h").write_text("")
     monkeypatch.setattr(sys, "path", [str(tmp_path)])
     for version, want in (("12.9.10", "cuda_runtime"), ("13.5.0", "cu13")):
-        monkeypatch.setattr(th, "package_version",
+        monkeypatch.setattr(families, "package_version",
                             lambda dists, v=version: ("cuda-bindings", v) if "cuda-bindings" in dists else None)
         assert Path(th._on_sys_path("cudart", "cuda_runtime.h")).parent.name == want
 
@@ -143,6 +143,9 @@ def test_crt_never_comes_from_a_toolkit_of_another_cuda_major(monkeypatch, tmp_p
     cudart = _include(tmp_path / "site", "nvidia/cuda_runtime/include", 12090)
     toolkit13 = _include(tmp_path, "cuda-13.0/include", 13000, crt=True)
     monkeypatch.setattr(sys, "path", [str(tmp_path / "site")])
+    # the family asked of a stand-in: the installed wheels, listed with this sys.path, would be
+    # remembered for the rest of the process
+    monkeypatch.setattr(families, "installed_family", lambda: (12, "12.9.10"))
     monkeypatch.setattr(th, "_toolkit_includes", lambda: [str(toolkit13)])
     th.crt_dir.cache_clear()
     try:

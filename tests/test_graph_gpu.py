@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import kjit
+from conftest import SAXPY
 from kjit import driver
 from kjit.errors import ArgumentError
 
@@ -18,11 +19,7 @@ GRID, BLOCK = kjit.cdiv(N, 256), 256
 
 @kjit.kernel
 def saxpy():
-    return r'''
-    extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
-        int i = blockIdx.x * blockDim.x + threadIdx.x;
-        if (i < n) y[i] = a * x[i] + y[i];
-    }'''
+    return SAXPY
 
 
 @kjit.kernel

@@ -98,9 +98,10 @@ def _wheel_dirs(lib: str) -> tuple[str, ...]:
     """WHEEL_DIRS[lib], the CUDA 12 family's runtime headers first where cuda.bindings is of
     that family: an environment moved from kjit[cu13] to kjit[cu12] keeps the CUDA 13 runtime
     wheel, whose headers NVRTC 12 must not read. (CCCL comes from the one wheel either way.)"""
+    from ..families import installed_family
     dirs = WHEEL_DIRS[lib]
-    bindings = package_version(("cuda-bindings",))
-    if lib == "cudart" and bindings and bindings[1].split(".")[0] == "12":
+    family = installed_family()
+    if lib == "cudart" and family and family[0] == 12:
         return tuple(reversed(dirs))
     return dirs
 

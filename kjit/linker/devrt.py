@@ -131,17 +131,14 @@ def find(linker_major: int | None = None) -> Path | None:
         return chosen
     if linker_major is None:
         return cands[0] if cands else None
+    from ..families import RUNTIME_WHEEL_DIRS
     for p in cands:
-        if p.parent.parent.name in _FAMILY_DIRS.get(linker_major, (f"cu{linker_major}",)):
+        if p.parent.parent.name in RUNTIME_WHEEL_DIRS.get(linker_major, (f"cu{linker_major}",)):
             return p
     # another family's wheel is never used: nvJitLink cannot read a newer major's objects
-    others = {d for dirs in _FAMILY_DIRS.values() for d in dirs}
+    others = {d for dirs in RUNTIME_WHEEL_DIRS.values() for d in dirs}
     rest = [p for p in cands if p.parent.parent.name not in others]
     return rest[0] if rest else None
-
-
-# The wheel directory (site-packages/nvidia/<dir>/lib) of each CUDA major's runtime wheel.
-_FAMILY_DIRS = {13: ("cu13",), 12: ("cuda_runtime", "cu12")}
 
 
 def require(linker_major: int | None, why: Sequence[str], inputs: Iterable[str]) -> Path:

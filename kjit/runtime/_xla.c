@@ -344,4 +344,9 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "kjit.runtime._xla",
                                     "kjit's XLA FFI handler for JAX operators.", -1, methods};
 
-PyMODINIT_FUNC PyInit__xla(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__xla(void) {
+    PyObject* m = PyModule_Create(&module);
+    /* the plan table's bound, for jax_ffi to refuse a wider kernel by name */
+    if (m && PyModule_AddIntConstant(m, "MAX_PARAMS", MAX_PARAMS) < 0) { Py_DECREF(m); return NULL; }
+    return m;
+}

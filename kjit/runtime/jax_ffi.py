@@ -112,8 +112,6 @@ def cuda_devices() -> list[Any]:
     return []
 
 
-MAX_PARAMS = 128   # the handler's table (_xla.c), as CUDA's own launch limit is in bytes
-
 
 class Plan:
     """One operator's plan in the handler's table: its index (the call's `kjit_plan`
@@ -122,13 +120,14 @@ class Plan:
     def __init__(self, target: Any, kernel: str, kinds: list[int], wheres: list[int], nargs: int,
                  nrets: int):
         import array
-        if len(kinds) > MAX_PARAMS:
+        ext = extension()
+        if len(kinds) > ext.MAX_PARAMS:
             from ..errors import ArgumentError
             raise ArgumentError(f"kernel {kernel}: {len(kinds)} parameters; kjit's XLA handler "
-                                f"launches kernels of at most {MAX_PARAMS}: pass an array of them")
+                                f"launches kernels of at most {ext.MAX_PARAMS}: pass an array of them")
         self.target = target
         self.kernel = kernel
-        self.index = extension().add_plan(kernel, array.array("i", kinds).tobytes(),
+        self.index = ext.add_plan(kernel, array.array("i", kinds).tobytes(),
                                           array.array("i", wheres).tobytes(), nargs, nrets)
         self._loaded: set[int] = set()
         self._lock = threading.Lock()
