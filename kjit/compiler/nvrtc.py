@@ -110,7 +110,7 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
                     # what it reads keys the cache (observe.py)
                     # NVRTC 12's first compile re-installs SIGINT with SA_RESTART (sigkeep.py)
                     with observe.recording("cuda", name, ignore=use.ignore if use else (), anchored=anchored), \
-                            sigkeep.kept():
+                            sigkeep.kept(version()[0] < 13):
                         (result,) = nvrtc.nvrtcCompileProgram(prog, len(all_flags), all_flags)
                     log = _read(prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "log")
                 except BaseException:

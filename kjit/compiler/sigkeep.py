@@ -47,10 +47,12 @@ def _fields(sa: Any) -> tuple:
 
 
 @contextlib.contextmanager
-def kept() -> Iterator[None]:
+def kept(needed: bool = True) -> Iterator[None]:
     """Run the block (a compile); put back any signal disposition it changed. Only until one
-    such block has finished: the change comes with NVRTC's first compile in a process."""
-    got = None if _state["done"] or not sys.platform.startswith("linux") else _sigaction()
+    such block has finished: the change comes with NVRTC's first compile in a process.
+    needed=False (an NVRTC that changes none, 13 and later): the block runs as it is."""
+    got = (None if not needed or _state["done"] or not sys.platform.startswith("linux")
+           else _sigaction())
     if got is None:
         yield
         return
