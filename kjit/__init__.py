@@ -44,6 +44,7 @@ _LAZY = {
     "kernel": "kjit.decorator",
     "compile_many": "kjit.compiler.many",
     "autotune": "kjit.tune",
+    "supported_archs": "kjit.compiler.targets",
 }
 _SUBMODULES = ("cache",)
 

@@ -154,3 +154,16 @@ def test_resolve_uses_the_device(monkeypatch):
     monkeypatch.setenv("KJIT_ARCH", "sm_75")  # the device must win over the environment
     major, minor = driver.compute_capability(driver.current_device())
     assert resolve(None).name == f"sm_{major}{minor}"
+
+
+def test_supported_archs_are_what_the_compile_accepts():
+    import kjit
+    archs = kjit.supported_archs()
+    assert archs and all(a.startswith("sm_") for a in archs)
+    for name in archs:
+        check_supported(parse(name))   # each one compiles...
+    unlisted = next(f"sm_{n}" for n in (37, 50, 52, 61) if f"sm_{n}" not in archs)
+    with pytest.raises(InvalidOptionError, match=", ".join(archs)):
+        check_supported(parse(unlisted))   # ...and the refusal lists the same ones
+    with pytest.raises(InvalidOptionError, match="'cuda' or 'hip'"):
+        kjit.supported_archs("opencl")

@@ -16,6 +16,7 @@ import kjit
 from conftest import SAXPY
 from kjit import driver
 from kjit.errors import ArgumentError
+from cupy_family import import_cupy
 
 pytestmark = pytest.mark.gpu
 rng = np.random.default_rng()
@@ -94,7 +95,7 @@ def test_dlpack_export_inside_a_torch_capture_does_not_synchronize(device):
 
 
 def test_kjit_launches_are_recorded_in_a_cupy_graph(device):
-    cp = pytest.importorskip("cupy")
+    cp = import_cupy()
     xh = rng.standard_normal(N).astype(np.float32)
     with cp.cuda.Device(device):
         stream = cp.cuda.Stream(non_blocking=True)

@@ -20,6 +20,7 @@ from kjit import driver
 from kjit.errors import ArgumentError
 
 from conftest import SAXPY   # the saxpy every runtime test launches
+from cupy_family import import_cupy
 
 pytestmark = pytest.mark.gpu
 rng = np.random.default_rng()
@@ -73,7 +74,7 @@ def switch(how: str, ordinal: int):
     if how == "torch":
         return pytest.importorskip("torch").cuda.device(ordinal)
     if how == "cupy":
-        return pytest.importorskip("cupy").cuda.Device(ordinal)
+        return import_cupy().cuda.Device(ordinal)
     return kjit.Device(ordinal)
 
 
@@ -194,7 +195,7 @@ def test_a_launch_runs_on_the_device_of_its_arrays_whatever_is_current(two_gpus,
             x, y = (torch.as_tensor(h, device=f"cuda:{d}") for h in (xh, yh))
             get = lambda a: a.cpu().numpy()   # noqa: E731
         elif how == "cupy":
-            cp = pytest.importorskip("cupy")
+            cp = import_cupy()
             with cp.cuda.Device(d):
                 x, y = cp.asarray(xh), cp.asarray(yh)
                 cp.cuda.Device(d).synchronize()
@@ -299,7 +300,7 @@ def test_torch_arrays_and_streams_on_device_1(two_gpus):
 
 
 def test_cupy_arrays_and_streams_on_device_1(two_gpus):
-    cp = pytest.importorskip("cupy")
+    cp = import_cupy()
     xh, yh = floats(), floats()
     with cp.cuda.Device(0):
         s0 = cp.cuda.Stream(non_blocking=True)

@@ -8,6 +8,7 @@ import pytest
 
 import kjit
 from kjit.errors import ArgumentError
+from cupy_family import import_cupy
 
 pytestmark = pytest.mark.gpu
 
@@ -24,7 +25,7 @@ def _framework(name):
         return (lambda a: torch.tensor(a, device="cuda"), lambda t: t.cpu().numpy(),
                 lambda t: t.double(), lambda t: t.t(), torch.cuda.Stream(),
                 lambda s: s.synchronize())
-    cp = pytest.importorskip("cupy")
+    cp = import_cupy()
     return (cp.asarray, cp.asnumpy, lambda t: t.astype(cp.float64), lambda t: t.T,
             cp.cuda.Stream(non_blocking=True), lambda s: s.synchronize())
 

@@ -12,6 +12,7 @@ import pytest
 
 import kjit
 from kjit.errors import ArgumentError, DriverError, KernelNotFoundError
+from cupy_family import import_cupy
 
 pytestmark = pytest.mark.gpu
 rng = np.random.default_rng()
@@ -374,7 +375,7 @@ def test_torch_and_cupy_interop():
     assert t.device.type == "cuda" and t.cpu().tolist() == list(range(10))
     t2 = torch.as_tensor(arr, device="cuda")  # via __cuda_array_interface__
     assert t2.data_ptr() == arr.ptr
-    cp = pytest.importorskip("cupy")
+    cp = import_cupy()
     cx, cy = cp.asarray(rng.standard_normal(n).astype(np.float32)), cp.zeros(n, cp.float32)
     saxpy[kjit.cdiv(n, 256), 256](1.0, cx, cy, n)
     cp.cuda.Device().synchronize()

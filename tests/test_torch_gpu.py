@@ -14,6 +14,7 @@ import kjit
 from kjit.errors import ArgumentError
 
 from conftest import SAXPY
+from cupy_family import import_cupy
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -87,7 +88,7 @@ def test_a_launch_without_a_stream_runs_on_torchs_current_stream(route, monkeypa
 
 
 def test_a_launch_without_a_stream_runs_on_cupys_current_stream():
-    cp = pytest.importorskip("cupy")
+    cp = import_cupy()
     s = cp.cuda.Stream(non_blocking=True)
     for _ in range(3):
         x = cp.zeros(N, cp.float32)
@@ -100,7 +101,7 @@ def test_a_launch_without_a_stream_runs_on_cupys_current_stream():
 
 
 def test_kjit_arrays_keep_the_legacy_stream_and_mixed_streams_are_refused():
-    cp = pytest.importorskip("cupy")
+    cp = import_cupy()
     y = kjit.zeros(N, np.float32)
     add_one[GRID, 256](y, N)   # kjit arrays: the legacy stream, as before
     kjit.synchronize()
@@ -163,7 +164,7 @@ def test_a_kernels_first_launch_may_happen_inside_a_capture():
 
 
 def test_cupy_capture_records_launches_that_name_no_stream():
-    cp = pytest.importorskip("cupy")
+    cp = import_cupy()
     xh = np.random.default_rng(1).standard_normal(N).astype(np.float32)
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:

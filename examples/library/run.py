@@ -27,11 +27,9 @@ def build(out: Path, archs: str) -> None:
     args = ["build", str(HERE / "kernels.cu"), "-o", str(out), "--arch", archs,
             "-I", str(HERE / "include"), "-D", f"TILE={TILE}"]
     exe = shutil.which("kjit")
-    if exe:
-        subprocess.run([exe, *args], check=True)
-    else:  # kjit not installed as a command: run the same click command in-process
-        from kjit.cli.main import cli
-        cli.main(args, standalone_mode=False)
+    command = [exe] if exe else [sys.executable, "-m", "kjit"]  # not installed as a command
+    if subprocess.run([*command, *args]).returncode:
+        sys.exit("kjit build failed (its message is above)")
 
 
 def run(fatbin: Path, n: int = 100_000) -> None:
@@ -64,7 +62,10 @@ def run(fatbin: Path, n: int = 100_000) -> None:
 def main() -> None:
     gpu = driver.available()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", default=("native," if gpu else "") + "sm_80,sm_90,sm_100",
+    # The installed NVRTC may predate sm_100 (CUDA 12.4-12.7): build for what it supports.
+    known = kjit.supported_archs()
+    archs = ["native"] * gpu + [a for a in ("sm_80", "sm_90", "sm_100") if a in known]
+    parser.add_argument("--arch", default=",".join(archs),
                         help="architectures for kjit build (default: %(default)s)")
     parser.add_argument("-o", "--output", type=Path, default=HERE / "library.fatbin")
     args = parser.parse_args()

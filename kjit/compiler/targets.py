@@ -15,6 +15,17 @@ def nvrtc_supported() -> tuple[int, ...]:
     return tuple(facts.nvrtc()["archs"])
 
 
+def supported_archs(backend: str = "cuda") -> tuple[str, ...]:
+    """The architectures the installed compiler can target, oldest first: ('sm_75', ...,
+    'sm_121') from NVRTC, the gfx processors from hiprtc."""
+    if backend == "hip":
+        from . import hiprtc
+        return hiprtc.supported_archs()
+    if backend != "cuda":
+        raise InvalidOptionError(f"backend must be 'cuda' or 'hip', not {backend!r}")
+    return tuple(f"sm_{n}" for n in nvrtc_supported())
+
+
 def check_supported(arch: Arch) -> None:
     """Raise if the installed compiler cannot target `arch`; the message lists what it can."""
     if arch.backend == "hip":

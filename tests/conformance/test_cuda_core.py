@@ -26,6 +26,7 @@ import pytest
 
 import kjit
 from kjit.errors import ArgumentError, InvalidOptionError, LinkError
+from cupy_family import import_cupy
 
 ARCH = "sm_90"
 gpu = pytest.mark.gpu
@@ -281,7 +282,7 @@ def test_size_t_count_from_numpy_uint64_and_python_int():
 def test_cupy_buffers_on_the_current_cupy_stream():
     """test_launch_with_buffers_allocated_by_memory_resource with CuPy arrays and a stream
     made current in CuPy."""
-    cupy = pytest.importorskip("cupy")
+    cupy = import_cupy()
     n = 1024
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:

@@ -29,6 +29,7 @@ import pytest
 
 import kjit
 from kjit.errors import ArgumentError, CompileError, KernelNotFoundError, KjitError
+from cupy_family import import_cupy
 
 ARCH = "sm_90"          # CPU tests compile for a fixed target; GPU tests for the device
 gpu = pytest.mark.gpu
@@ -616,7 +617,7 @@ def test_cupy_style_call_shows_the_kjit_launch():
 @gpu
 def test_cupy_arrays_are_pointer_arguments():
     """TestRaw._helper launches on CuPy arrays: kjit takes them too."""
-    cupy = pytest.importorskip("cupy")
+    cupy = import_cupy()
     n = 100
     a = cupy.arange(n, dtype=cupy.float32)
     b = cupy.ones(n, dtype=cupy.float32)
