@@ -22,7 +22,9 @@ LAYERS = ["errors", "hashing", "settings", "locations", "families", "fileio", "d
 # Upward imports kept on purpose (docs/architecture.md says why): kjit.load is one public
 # function for both vendors, so the CUDA loader hands AMD code to its HIP twin.
 ALLOWED_UPWARD = {("kjit.runtime.module", "kjit.hip.runtime")}
-MAX_LINES = 450
+# Modules are split by concept, not by line count: one concept may take 700 lines in one
+# file where that reads better than three files; past that it is more than one concept.
+MAX_LINES = 700
 
 
 def _module_name(path: Path) -> str:
@@ -119,8 +121,10 @@ def test_no_import_circles():
 
 @pytest.mark.parametrize("path", sorted([*ROOT.rglob("*.py"), *ROOT.rglob("*.c"), *ROOT.rglob("*.h")]),
                          ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_module_over_450_lines(path):
-    assert len(path.read_text().splitlines()) <= MAX_LINES
+def test_no_module_outgrows_one_concept(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, (f"{path.name} has {lines} lines: more than one concept? split it "
+                                f"where its concepts part, not at a line count")
 
 
 # The C extension's files, lowest first: each may use what a lower one defines, never what a
