@@ -14,37 +14,37 @@ from .errors import (ArgumentError, CompileError, CompileWarning, CudaUnavailabl
 
 # public name -> module that defines it
 _LAZY = {
-    "CompileOptions": "kjit.compiler.options",
+    "CompileOptions": "kjit.compiler",
     "ObjectCode": "kjit.objectcode",
     "Arch": "kjit.arch",
     "link": "kjit.linker",
     "LinkOptions": "kjit.linker",
     "LinkResult": "kjit.linker",
-    "Module": "kjit.runtime.module",
+    "Module": "kjit.runtime",
     "JitOptions": "kjit.jit_options",
-    "Kernel": "kjit.runtime.kernel",
-    "LaunchConfig": "kjit.runtime.kernel",
-    "Device": "kjit.runtime.context",
-    "Context": "kjit.runtime.context",
-    "synchronize": "kjit.runtime.context",
-    "Stream": "kjit.runtime.stream",
-    "Event": "kjit.runtime.stream",
-    "DeviceArray": "kjit.runtime.memory",
-    "to_device": "kjit.runtime.memory",
-    "empty": "kjit.runtime.memory",
-    "zeros": "kjit.runtime.memory",
-    "ptr": "kjit.runtime.params",
-    "In": "kjit.runtime.memory",
-    "Out": "kjit.runtime.memory",
-    "InOut": "kjit.runtime.memory",
-    "cdiv": "kjit.runtime.kernel",
+    "Kernel": "kjit.runtime",
+    "LaunchConfig": "kjit.runtime",
+    "Device": "kjit.runtime",
+    "Context": "kjit.runtime",
+    "synchronize": "kjit.runtime",
+    "Stream": "kjit.runtime",
+    "Event": "kjit.runtime",
+    "DeviceArray": "kjit.runtime",
+    "to_device": "kjit.runtime",
+    "empty": "kjit.runtime",
+    "zeros": "kjit.runtime",
+    "ptr": "kjit.runtime",
+    "In": "kjit.runtime",
+    "Out": "kjit.runtime",
+    "InOut": "kjit.runtime",
+    "cdiv": "kjit.runtime",
     "Graph": "kjit.runtime.graph",
     "KernelNode": "kjit.runtime.graph",
     "graph": "kjit.runtime.graph",
     "kernel": "kjit.decorator",
-    "compile_many": "kjit.compiler.many",
+    "compile_many": "kjit.compiler",
     "autotune": "kjit.tune",
-    "supported_archs": "kjit.compiler.targets",
+    "supported_archs": "kjit.compiler",
 }
 _SUBMODULES = ("cache",)
 
@@ -87,7 +87,7 @@ def compile(source: str, *, arch: Any = None, backend: str = "cuda", **kwargs: A
         # the driver takes to make it, instead of running before it starts.
         from . import driver
         driver.start_init()
-        from .compiler.api import compile as compile_through_cache
+        from .compiler import compile as compile_through_cache
         from .arch import resolve
         arch = resolve(None, "cuda").name
     else:
@@ -97,12 +97,12 @@ def compile(source: str, *, arch: Any = None, backend: str = "cuda", **kwargs: A
             # overlaps the imports and NVRTC's load instead, and NVRTC's own call returns at once
             from . import driver
             driver.start_init(context=False)
-        from .compiler.api import compile as compile_through_cache
+        from .compiler import compile as compile_through_cache
     obj = compile_through_cache(source, arch=arch, backend=backend, **kwargs)
     if device_arch and driver.making_context():
         # the load that usually follows needs the runtime: its imports now overlap the
         # context still being made (once it is made, they cost the same now or at the load)
-        import kjit.runtime.module  # noqa: F401
+        from .runtime import load  # noqa: F401
     return obj
 
 
@@ -146,7 +146,7 @@ def load(code: Any, *, jit_options: Any = None) -> Any:
     come here rather than at the first launch. The Module belongs to this process: to move
     code to another, pickle the ObjectCode and load it there.
     """
-    from .runtime.module import load as load_module
+    from .runtime import load as load_module
     return load_module(code, jit_options=jit_options)
 
 
@@ -168,16 +168,11 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static checkers see the real names
     from . import cache
     from .arch import Arch
-    from .compiler.many import compile_many
-    from .compiler.options import CompileOptions
+    from .compiler import CompileOptions, compile_many
     from .decorator import kernel
     from .tune import autotune
     from .linker import LinkOptions, LinkResult, link
     from .objectcode import ObjectCode
-    from .runtime.context import Context, Device, synchronize
+    from .runtime import (Context, Device, DeviceArray, Event, In, InOut, Kernel, LaunchConfig,
+                          Module, Out, Stream, cdiv, empty, ptr, synchronize, to_device, zeros)
     from .jit_options import JitOptions
-    from .runtime.kernel import Kernel, LaunchConfig, cdiv
-    from .runtime.memory import DeviceArray, In, InOut, Out, empty, to_device, zeros
-    from .runtime.module import Module
-    from .runtime.params import ptr
-    from .runtime.stream import Event, Stream

@@ -1,4 +1,4 @@
 """`python -m kjit ...` is the `kjit` command."""
-from .cli.main import main
+from .cli import run
 
-main()
+run()

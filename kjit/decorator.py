@@ -26,9 +26,9 @@ import weakref
 from typing import Any, Callable, Iterable, Mapping
 
 from . import driver
-from .compiler.options import CompileOptions
+from .compiler import CompileOptions
 from .errors import ArgumentError, KjitError
-from .runtime import torch_compile
+from .runtime import torch_launch_entry, torch_visible_subscript
 
 
 class _PyKernelFunctionBase:
@@ -36,13 +36,13 @@ class _PyKernelFunctionBase:
 
     __slots__ = ()
 
-    @torch_compile.launch_entry
+    @torch_launch_entry
     def __getitem__(self, config: Any) -> Callable[..., None]:
         return self._getitem_slow(config)  # type: ignore[attr-defined]
 
 
 def _function_base() -> type:
-    from .runtime.libcuda import c_function
+    from .runtime import libcuda_function as c_function
     return c_function("KernelFunctionBase") or _PyKernelFunctionBase
 
 
@@ -129,7 +129,7 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
 
     def compile(self, arch: str | None = None):
         """The ObjectCode for `arch` (default: the current device)."""
-        from .compiler.api import compile as kjit_compile
+        from .compiler import compile as kjit_compile
         return kjit_compile(**self._compile_args(arch))
 
     def _compile_args(self, arch: str | None) -> dict[str, Any]:
@@ -144,7 +144,7 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
         one dict of compile-time parameters each. Cache hits come at once; the misses compile
         in parallel worker processes (kjit.compile_many, `jobs` of them). A launch of each
         later finds its code in the cache. arch: default the current device."""
-        from .compiler.many import compile_many
+        from .compiler import compile_many
         if isinstance(variants, Mapping):
             raise ArgumentError("precompile takes a list of parameter dicts, e.g. [{'T': 'float'}]")
         fns = [self.specialize(**dict(v)) for v in variants]
@@ -164,7 +164,7 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
         return k
 
     def _load_here(self):
-        from .runtime.module import load
+        from .runtime import load
         obj = self.compile()   # this device's arch: another device of the same arch is a cache hit
         self.object = obj
         module = self._modules.get(obj.code)
@@ -177,7 +177,7 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
         # (or kjit.Device) picks that device's kernel; one C call into libcuda
         current = self._current
         if current is None:
-            from .runtime.libcuda import current_context_fn
+            from .runtime import current_context_fn
             current = self._current = current_context_fn()
         ctx = current()
         k = self._by_context.get((ctx, driver.context_epoch(ctx))) if ctx else None
@@ -187,7 +187,7 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
             self._by_current[ctx] = k
         return k[config]
 
-    @torch_compile.launch_entry
+    @torch_launch_entry
     def launch(self, grid: Any, block: Any, *args: Any, **kwargs: Any) -> None:
         self.kernel().launch(grid, block, *args, **kwargs)
 
@@ -196,7 +196,7 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
         """This kernel as a PyTorch operator `name` ("mylib::saxpy"); see
         kjit.runtime.torch_op.as_torch_op. The operator launches, on each call, the kernel of
         the device current then (compiled and loaded there on first use)."""
-        from .runtime.torch_op import as_torch_op
+        from .runtime import as_torch_op
         return as_torch_op(self, name, grid=grid, block=block, shared_mem=shared_mem,
                            outputs=outputs)
 
@@ -206,7 +206,7 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
         """This kernel as a JAX function (eager, jax.jit, jax.vmap); see
         kjit.runtime.jax_op.as_jax_op. Compiled (or found in the cache) and loaded in every GPU
         JAX has when a call is first traced."""
-        from .runtime.jax_op import as_jax_op
+        from .runtime import as_jax_op
         return as_jax_op(self, grid=grid, block=block, shared_mem=shared_mem, outputs=outputs,
                          ndim=ndim, vmap=vmap)
 
@@ -221,7 +221,7 @@ if KernelFunction.__bases__[0] is not _PyKernelFunctionBase:
     def _compiled_getitem(self: KernelFunction, config: Any,
                           _lookup: Callable = KernelFunction.__bases__[0].__getitem__) -> Callable[..., None]:
         return _lookup(self, config)
-    torch_compile.visible_subscript(KernelFunction, _compiled_getitem)
+    torch_visible_subscript(KernelFunction, _compiled_getitem)
 
 
 def _specialized(root: KernelFunction, params: tuple) -> KernelFunction:

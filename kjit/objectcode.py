@@ -54,14 +54,14 @@ class ObjectCode:
                 raise InvalidOptionError(
                     f"ObjectCode code must be bytes, got {type(code).__name__}") from None
         if not kind:
-            from .formats.sniff import sniff_kind
+            from .formats import sniff_kind
             kind = sniff_kind(code)
         if kind not in KINDS:
             raise InvalidOptionError(f"unknown ObjectCode kind {kind!r}; one of {', '.join(KINDS)}")
         if kind in _ELF_KINDS:
             kind = _check_elf_kind(code, kind)
         if arch is None:
-            from .formats.sniff import arch_from_bytes
+            from .formats import arch_from_bytes
             arch = arch_from_bytes(code, kind)
         self._fill(code, kind, arch, log, symbols, name, metadata, cache_hit)
 
@@ -101,18 +101,18 @@ class ObjectCode:
     @cached_property
     def entry_points(self) -> tuple[str, ...]:
         """Names of the kernels this code defines (mangled where the source did not use extern "C")."""
-        from .formats.elf import ElfFile
-        from .formats.sniff import _PTX_ENTRY_RE
+        from .formats import ElfFile
+        from .formats import PTX_ENTRY_RE
         if self.kind == "ptx":
-            return tuple(m.decode() for m in _PTX_ENTRY_RE.findall(self.code))
+            return tuple(m.decode() for m in PTX_ENTRY_RE.findall(self.code))
         if self.kind in ("cubin", "object"):
             return tuple(ElfFile(self.code).cuda_kernels())
         if self.kind == "hsaco":
             return tuple(ElfFile(self.code).amd_kernels())
         if self.kind in ("fatbin", "hipfb"):
-            from .formats import fatbin as containers
+            from .formats import fatbin_entries
             names: list[str] = []
-            for entry in containers.entries(self.code, self.kind):
+            for entry in fatbin_entries(self.code, self.kind):
                 try:
                     for n in ObjectCode(entry.code, kind=entry.kind).entry_points:
                         if n not in names:
@@ -124,7 +124,7 @@ class ObjectCode:
 
     @property
     def ptx_version(self) -> tuple[int, int] | None:
-        from .formats.sniff import ptx_version
+        from .formats import ptx_version
         return ptx_version(self.code) if self.kind == "ptx" else None
 
     @property
@@ -294,9 +294,9 @@ _COMPILE_FIRST = {"kjit.link": 'kjit.link([kjit.compile(source, target="ltoir"),
 def _is_ptx_text(text: str) -> bool:
     """PTX: its first statement (after comments and blank lines) is a PTX directive such as
     .version, or a .version and a .target come early, as the kind sniffer reads bytes."""
-    from .formats.sniff import _PTX_TARGET_RE, _PTX_VERSION_RE
+    from .formats import PTX_TARGET_RE, PTX_VERSION_RE
     head = text[:4096].encode(errors="replace")
-    if _PTX_VERSION_RE.search(head) and _PTX_TARGET_RE.search(head):
+    if PTX_VERSION_RE.search(head) and PTX_TARGET_RE.search(head):
         return True
     for line in text.splitlines():
         line = line.strip()
@@ -344,7 +344,7 @@ def _check_elf_kind(code: bytes, kind: str) -> str:
     object); that follows the bytes, so a saved and reloaded object keeps its kind.
     """
     try:
-        from .formats.sniff import sniff_kind
+        from .formats import sniff_kind
         actual = sniff_kind(code)
     except InvalidOptionError as exc:
         raise InvalidOptionError(f"kind={kind!r} but the bytes are not a valid ELF image: {exc}") from None
@@ -361,7 +361,7 @@ def _needs_arch_sidecar(obj: ObjectCode) -> bool:
     as compute_90, which says the same thing: no sidecar for that."""
     if obj.arch is None:
         return False
-    from .formats.sniff import arch_from_bytes
+    from .formats import arch_from_bytes
     found = arch_from_bytes(obj.code, obj.kind)
     if obj.kind == "ptx" and found is not None:
         return obj.arch.replace("sm_", "compute_", 1) != found

@@ -257,12 +257,13 @@ def test_configure_sets_what_child_processes_inherit(redis_server, monkeypatch, 
 
 
 def test_info_reports_an_unsigned_tier(remote_env, monkeypatch):
-    from kjit.cli.info import _remote, _remote_text
-    r = _remote()
+    from kjit.cache import describe_remote
+    from kjit.cli.info import _remote_text
+    r = describe_remote()
     assert r["reachable"] and not r["signed"]
     assert "UNSIGNED" in _remote_text(r)
     monkeypatch.setenv(remote.ENV_KEY, "secret")
-    r = _remote()
+    r = describe_remote()
     assert r["signed"] and "signed (HMAC-SHA256)" in _remote_text(r)
     assert "secret" not in json.dumps(r)
 

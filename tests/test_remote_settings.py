@@ -54,8 +54,9 @@ def test_a_tier_without_a_key_is_off_unless_trusted_unsigned(redis_server, monke
         lookup("unsigned-2")
     res = run_cli("cache", "ls", "--remote")
     assert res.exit_code == 1 and remote.ENV_UNSIGNED in res.output
-    from kjit.cli.info import _remote, _remote_text
-    info = _remote()
+    from kjit.cache import describe_remote
+    from kjit.cli.info import _remote_text
+    info = describe_remote()
     assert info["off"] and remote.ENV_UNSIGNED in _remote_text(info)
     monkeypatch.setenv(remote.ENV_UNSIGNED, "1")  # the explicit choice
     monkeypatch.setenv("KJIT_CACHE_DIR", str(redis_server.directory / "node-b"))

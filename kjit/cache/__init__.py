@@ -1,6 +1,7 @@
 """kjit.cache: compile and link results by exact content hash, on disk and in memory.
 
-Interface for the rest of kjit: get_or_create(namespace, key, create) and digest(obj).
+The rest of kjit imports only from here (tests/test_faces.py): get_or_create(namespace, key,
+create), digest(obj), the compile path's hashed lookup and the names below.
 For users: path(), ls(), show(key), stats(), clear(), prune(), verify(), export(file),
 import_(file), add_listener(fn). Environment: KJIT_CACHE_DIR (a directory, or a read-only one
 and a writable one for new results, os.pathsep-separated), KJIT_CACHE=0, KJIT_CACHE_SIZE
@@ -10,27 +11,37 @@ configure_remote(url); ls_remote(), stats_remote(), clear_remote(), push().
 """
 from __future__ import annotations
 
+from ..lazy import lazy_names
+from ..locations import cache_dir
+# What every lookup needs, loaded with the face: a compile's disk hit uses these modules.
 from .disk import CacheWarning
 from .entry import CorruptEntry
 from .events import CacheEvent, add_listener, remove_listener
-from .key import KEY_ENV_VARS, SCHEMA_VERSION, digest, key_hash
-from .lookup import enabled_by_env, get_or_create
-from ..locations import cache_dir
+from .key import KEY_ENV_VARS, SCHEMA_VERSION, canonical, digest, env_fingerprint, key_hash
+from .key import sha256 as sha256_hex   # of bytes or text, as keys write it
+from .lookup import (Made, bypass, creation_lock, current as current_cache, enabled_by_env,
+                     get_or_create, lookup_hashed, peek, shared_tier, unstorable)
 
-# The user-facing operations load on first use: a compile's disk hit needs none of them.
-_ADMIN = {"clear", "export", "import_", "import_from", "ls", "path", "prune", "show", "stats", "verify",
-          "ls_remote", "stats_remote", "clear_remote", "push"}
-
-
-def __getattr__(name: str):
-    if name in _ADMIN:
-        from . import admin
-        # import_from: a readable alias, kjit.cache.import_from("cluster-cache.zip")
-        return getattr(admin, "import_" if name == "import_from" else name)
-    if name == "configure_remote":
-        from .remote import configure
-        return configure
-    raise AttributeError(f"module 'kjit.cache' has no attribute {name!r}")
+# The rest loads on first use: a compile's disk hit needs none of it.
+__getattr__ = lazy_names(__name__, {
+    # the user-facing operations (kjit cache ...)
+    **{n: "admin" for n in ("clear", "clear_report", "export", "ls", "path", "prune", "show",
+                            "stats", "verify", "ls_remote", "stats_remote", "clear_remote",
+                            "clear_remote_report", "push", "delete", "read_local", "resolve_key",
+                            "SORT_FIELDS")},
+    "import_": "admin", "import_from": "admin:import_",  # kjit.cache.import_from("cluster.zip")
+    "prune_limits": "pruning:limits",
+    # the shared tier
+    "configure_remote": "remote:configure", "RemoteConfig": "remote", "TierError": "remote",
+    "describe_remote": "admin", "REDIS_BACKEND": "registry:REDIS",
+    "HeldLease": "shared", "LEASE_RECHECK_S": "shared:RECHECK_S",
+    # whose directories may be read, and which one is written
+    "trusted": "trust", "read_private": "trust", "Untrusted": "trust",
+    "writable": "readonly",
+    # the kept sources of debuggable kernels
+    "SOURCES_SUBDIR": "sources:SUBDIR", "source_file": "sources:file_in",
+    "source_holds": "sources:holds", "keep_source": "sources:ensure",
+})
 
 __all__ = ["get_or_create", "digest", "key_hash", "add_listener", "remove_listener", "CacheEvent",
            "CacheWarning", "CorruptEntry", "cache_dir", "path", "ls", "show", "stats", "clear",

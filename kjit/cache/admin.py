@@ -51,6 +51,34 @@ def _disk() -> Any:
     return store
 
 
+def read_local(key: str) -> bytes | None:
+    """The code of one entry on the local disk (None where absent or damaged): a lookup that
+    neither creates nor counts, for listing records kept beside compiled code."""
+    c = current()
+    try:
+        got = c.disk.get(key) if c.disk is not None else None
+    except entry_mod.CorruptEntry:
+        return None
+    return got[0] if got else None
+
+
+def delete(keys: list[str], what: str) -> int:
+    """Remove these entries from the writable disk, this process's memory layer and the
+    shared tier (where one is set and answers); `what` names the command, for the error a
+    read-only cache gives."""
+    _writable(_disk(), what).delete_many(keys)
+    c = current()
+    for h in keys:
+        c.memory.discard(h)
+    tier = shared.active()
+    if tier is not None and tier.usable():
+        try:
+            tier.backend.delete(keys)
+        except Exception:   # the local records are gone; a shared tier that fails is not fatal
+            pass
+    return len(keys)
+
+
 def _writable(store: Any, what: str) -> Any:
     if store.read_only:
         raise KjitError(f"the kjit cache at {store.path} is read-only: `kjit cache {what}` cannot "
@@ -381,3 +409,26 @@ def push(*, keys: list[str] | None = None, overwrite: bool = False) -> dict[str,
             present += 1
     return {"url": cfg.display_url, "pushed": pushed, "already_present": present,
             "too_large": too_large, "skipped": skipped, "bytes": sent, "signed": cfg.secret is not None}
+
+
+def describe_remote() -> dict | None:
+    """The shared tier: where, whether values are signed, whether it answers."""
+    from . import registry
+    try:
+        config = remote.RemoteConfig.from_env()
+        if config is None:
+            return None
+        out = {"url": config.display_url, "prefix": config.prefix, "signed": config.secret is not None,
+               "backend": (config.backend or registry.choose(config.url, None)).spec}
+        if config.refusal:  # no key and no KJIT_REMOTE_CACHE_UNSIGNED=1: not used
+            return dict(out, off=True, error=config.refusal)
+        tier = shared.active()
+        server = tier.backend.stats()  # Redis says its version; another backend what it is
+        out["server"] = server.get("redis_version") if out["backend"] == registry.REDIS else \
+            str(server.get("server") or type(tier.backend).__name__)
+        out["reachable"] = True
+    except remote.TierError as exc:
+        out.update(reachable=False, error=str(exc))
+    except Exception as exc:  # misconfigured: say so, the rest of `kjit info` still prints
+        return {"error": str(exc)}
+    return out

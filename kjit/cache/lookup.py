@@ -293,7 +293,7 @@ class _Miss:
                 self._unlock(None)
                 self.disk = None
                 c.unusable(exc, self.namespace, k, self.label)
-        self.tier = _tier()  # None unless KJIT_REMOTE_CACHE is set
+        self.tier = shared_tier()  # None unless KJIT_REMOTE_CACHE is set
         if self.tier is None:
             return
         claim = self.tier.claim(k, self.label or self.namespace)
@@ -356,9 +356,9 @@ class _Miss:
             lock.__exit__(*(exc_info or (None, None, None)))
 
 
-def _tier() -> Any:
-    """The shared tier, if configured; its modules (and urllib, the client) load on a miss
-    that has one configured."""
+def shared_tier() -> Any:
+    """The shared tier, if configured (else None); its modules (and urllib, the client) load
+    on a miss that has one configured."""
     if env_text(ENV_REMOTE) is None:
         return None
     from . import shared
@@ -435,7 +435,7 @@ def peek(h: str, namespace: str = "", label: str = "") -> ObjectCode | None:
         c.pending_hits[h] = c.pending_hits.get(h, 0) + 1
         c.memory.put(h, obj)
         return obj
-    tier = _tier()
+    tier = shared_tier()
     got = tier.fetch(h) if tier is not None else None
     if got is None:
         return None

@@ -164,9 +164,9 @@ def clear_cmd(yes: bool, remote: bool, as_json: bool) -> None:
     if remote:
         return cache_remote.clear(yes, as_json)
     confirm_removal(f"every entry of the local cache in {_api().path()}", yes, as_json)
-    from ..cache import admin
+    from ..cache import clear_report
     try:
-        r = admin.clear_report()
+        r = clear_report()
     except KjitError as exc:
         raise fail(exc)
 
@@ -185,7 +185,7 @@ def clear_cmd(yes: bool, remote: bool, as_json: bool) -> None:
 def prune_cmd(max_size, older_than, as_json: bool) -> None:
     """Remove old entries and/or shrink the cache to a size (on a full disk too)."""
     with usage_errors():
-        from ..cache.pruning import limits
+        from ..cache import prune_limits as limits
         limits(max_size, older_than)
     try:
         r = _api().prune(max_size=max_size, older_than=older_than)

@@ -9,8 +9,8 @@ from ..errors import KjitError
 
 
 def _ops():
-    from ..cache import admin
-    return admin
+    from .. import cache
+    return cache
 
 
 _UNSIGNED = ("NO: set KJIT_REMOTE_CACHE_KEY_FILE to sign (trusted unsigned: "
@@ -77,7 +77,7 @@ def stats(as_json: bool) -> None:
 
 
 def clear(yes: bool, as_json: bool) -> None:
-    from ..cache.remote import RemoteConfig
+    from ..cache import RemoteConfig
     try:
         config = RemoteConfig.from_env()
     except KjitError as exc:

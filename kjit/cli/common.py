@@ -126,7 +126,7 @@ def kernel_names(row: dict[str, Any]) -> list[str]:
     demangled (`ns::fill`, with its parameters where two kernels share the name), an
     `extern "C"` name as it is. An entry whose kernels are known only after linking (LTO-IR)
     gives its name expressions, if any."""
-    from ..runtime.mangled import demangle, function_name
+    from ..runtime import demangle, function_name
     symbols = row.get("symbols") if isinstance(row.get("symbols"), dict) else {}
     by_lowered = {v: k for k, v in symbols.items() if isinstance(k, str) and isinstance(v, str)}
     kernels = [k for k in row.get("kernels") or [] if isinstance(k, str)]
@@ -163,7 +163,7 @@ def compile_options_from_cli(std, defines, include_dirs, fast_math, line_info, d
                              no_std_headers=False, no_nvcc_prelude=False):
     """CompileOptions from the command line; a bad value (-D, --max-registers, -X) is a
     usage error."""
-    from ..compiler.options import CompileOptions
+    from ..compiler import CompileOptions
     with usage_errors():
         utf8_only("-I", include_dirs, "rename the directory, or link to it under a UTF-8 name")
         utf8_only("-D", defines, "write the macro in UTF-8")
@@ -200,7 +200,7 @@ def check_compile_request(arch, target, backend, options, name_expressions=()) -
     """Everything kjit.compile checks of its arguments but the source (--arch, --emit,
     --backend, the options, name expressions; no --arch and no GPU), as usage errors,
     before any input is read."""
-    from ..compiler.request import make_request
+    from ..compiler import make_request
     with usage_errors():
         utf8_only("--name-expression", name_expressions, "write it in UTF-8")
         try:

@@ -34,9 +34,7 @@ def compile_cmd(source, arch, target, backend, output, name_expressions, no_cach
                 no_toolkit_headers, no_std_headers,
                 no_nvcc_prelude, as_json):
     """Compile SOURCE with NVRTC (or hiprtc) and write the result."""
-    from ..compiler import source_text
-    from ..compiler.api import compile as kjit_compile
-    from ..compiler.search import source_name
+    from ..compiler import compile as kjit_compile, decode_source, source_name
     from ..fileio import MAX_SOURCE_BYTES, read_input
     from . import output as output_mod
     src_path = Path(source)
@@ -47,7 +45,7 @@ def compile_cmd(source, arch, target, backend, output, name_expressions, no_cach
     check_compile_request(arch, target, backend, opts, name_expressions)
     try:
         utf8_only("source", [os.path.abspath(source)], "rename it (or its directory)")
-        text = source_text.decode(read_input(src_path, MAX_SOURCE_BYTES, "source"), source)
+        text = decode_source(read_input(src_path, MAX_SOURCE_BYTES, "source"), source)
         obj = kjit_compile(text, arch=arch, target=target, options=opts,
                            name_expressions=name_expressions, backend=backend,
                            name=source_name(source), cache=not no_cache)

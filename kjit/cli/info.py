@@ -8,8 +8,7 @@ from .common import emit, json_option
 
 def gather() -> dict:
     from .. import __version__, driver
-    from ..compiler import nvrtc
-    from ..compiler.targets import nvrtc_supported
+    from ..compiler import nvrtc_supported, nvrtc_version
     info: dict = {"kjit": __version__}
     try:
         from importlib.metadata import version
@@ -17,7 +16,7 @@ def gather() -> dict:
     except Exception:
         info["cuda_bindings"] = None
     try:
-        info["nvrtc"] = ".".join(map(str, nvrtc.version()))
+        info["nvrtc"] = ".".join(map(str, nvrtc_version()))
         info["nvrtc_archs"] = [f"sm_{n}" for n in nvrtc_supported()]
     except Exception as exc:
         info["nvrtc"], info["nvrtc_archs"] = None, []
@@ -57,51 +56,29 @@ def gather() -> dict:
         info["cache_dir"] = str(cache_dir())
     except Exception:
         info["cache_dir"] = None
-    info["remote_cache"] = _remote()
+    from ..cache import describe_remote
+    info["remote_cache"] = describe_remote()
     try:
-        from ..compiler import hiprtc
-        info["hiprtc"] = ".".join(map(str, hiprtc.version()))
+        from ..compiler import hiprtc_version
+        info["hiprtc"] = ".".join(map(str, hiprtc_version()))
     except Exception:
         info["hiprtc"] = None
     info["headers"] = _headers(info["hiprtc"])
-    from ..compiler import observe
-    info["header_keys"] = observe.describe()
+    from ..compiler import describe_observer
+    info["header_keys"] = describe_observer()
     return info
 
 
 def _headers(hiprtc_version: str | None) -> dict:
     """The directories searched after the user's, and the wheels that provide them."""
-    from ..compiler import toolkit_headers
+    from ..compiler import describe_headers
     try:
-        out = toolkit_headers.describe()
+        out = describe_headers()
     except Exception as exc:  # a broken cuda-pathfinder must not break `kjit info`
         out = {"dirs": [], "error": str(exc)}
     if hiprtc_version:
-        from ..compiler import hip_headers
-        out["hip_builtin_names"] = list(hip_headers.builtin_headers(int(hiprtc_version.split(".")[0])))
-    return out
-
-
-def _remote() -> dict | None:
-    """The shared tier: where, whether values are signed, whether it answers."""
-    from ..cache import registry, remote, shared
-    try:
-        config = remote.RemoteConfig.from_env()
-        if config is None:
-            return None
-        out = {"url": config.display_url, "prefix": config.prefix, "signed": config.secret is not None,
-               "backend": (config.backend or registry.choose(config.url, None)).spec}
-        if config.refusal:  # no key and no KJIT_REMOTE_CACHE_UNSIGNED=1: not used
-            return dict(out, off=True, error=config.refusal)
-        tier = shared.active()
-        server = tier.backend.stats()  # Redis says its version; another backend what it is
-        out["server"] = server.get("redis_version") if out["backend"] == registry.REDIS else \
-            str(server.get("server") or type(tier.backend).__name__)
-        out["reachable"] = True
-    except remote.TierError as exc:
-        out.update(reachable=False, error=str(exc))
-    except Exception as exc:  # misconfigured: say so, the rest of `kjit info` still prints
-        return {"error": str(exc)}
+        from ..compiler import hip_builtin_headers
+        out["hip_builtin_names"] = list(hip_builtin_headers(int(hiprtc_version.split(".")[0])))
     return out
 
 
@@ -115,8 +92,8 @@ def _remote_text(r: dict | None) -> str:
     signed = ("signed (HMAC-SHA256)" if r["signed"] else
               "UNSIGNED (KJIT_REMOTE_CACHE_UNSIGNED=1): any client that can write to it can make "
               "this node run its code; set KJIT_REMOTE_CACHE_KEY_FILE to sign")
-    from ..cache.registry import REDIS
-    redis = r.get("backend") == REDIS
+    from ..cache import REDIS_BACKEND
+    redis = r.get("backend") == REDIS_BACKEND
     state = (f"Redis {r['server']}" if redis else r["server"]) if r.get("reachable") else \
         f"unreachable: {r.get('error')}"
     return f"{r['url']} ({state}); {signed}"

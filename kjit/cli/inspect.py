@@ -16,12 +16,12 @@ from .common import emit, fail, human_size, json_option, kind_text
 
 def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A JSON-able description of one file; KjitError if it is none of the kinds kjit reads."""
-    from ..formats import fatbin as containers
+    from ..formats import fatbin_entries
     from ..objectcode import ObjectCode
     obj = ObjectCode.from_file(path)
     entries = []
     names: list[str] = []
-    for entry in containers.entries(obj.code, obj.kind):
+    for entry in fatbin_entries(obj.code, obj.kind):
         if entry.kind == "host" and not entry.code:
             continue  # the empty host entry every HIP bundle carries holds no code
         arch = entry.arch or (obj.arch if obj.kind == entry.kind else "") or ""
@@ -31,10 +31,10 @@ def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         if problem:
             d["note"] = "; ".join(filter(None, [d.get("note"), problem]))
         if entry.kind == "ptx" and entry.decoded:
-            from ..formats.sniff import _PTX_TARGET_RE, ptx_version
+            from ..formats import PTX_TARGET_RE, ptx_version
             v = ptx_version(entry.code)
             d["ptx_version"] = ".".join(map(str, v)) if v else d["ptx_version"]
-            m = _PTX_TARGET_RE.search(entry.code)
+            m = PTX_TARGET_RE.search(entry.code)
             d["ptx_target"] = m.group(1).decode() if m else None
         for k in d["kernels"]:
             if k["name"] not in names:
@@ -52,7 +52,7 @@ def _kernels(entry: Any) -> tuple[list[dict[str, Any]], str]:
     from ..objectcode import ObjectCode
     try:
         if entry.kind in ("cubin", "object"):
-            from ..formats.nvinfo import kernel_resources
+            from ..formats import kernel_resources
             return [k.as_dict() for k in kernel_resources(entry.code)], ""
         if entry.kind in ("ptx", "hsaco"):
             return [{"name": n} for n in ObjectCode(entry.code, kind=entry.kind).entry_points], ""

@@ -8,8 +8,8 @@ from ..errors import InvalidOptionError, KjitError
 
 
 def _store():
-    from ..tune import store
-    return store
+    from .. import tune
+    return tune
 
 
 # The records' fields are checked for their kind (tune/store.py); what is inside a key
@@ -56,7 +56,7 @@ def tune_group() -> None:
 def ls_cmd(kernel: str | None, as_json: bool) -> None:
     """List tuned (kernel, device, key values) with the best configuration found."""
     try:
-        groups = _store().groups(kernel)
+        groups = _store().record_groups(kernel)
     except KjitError as exc:
         raise fail(exc)
 
@@ -74,7 +74,7 @@ def ls_cmd(kernel: str | None, as_json: bool) -> None:
 
 def _find(ident: str) -> dict:
     ident = ident.strip().lower()
-    found = [g for g in _store().groups() if g["id"].startswith(ident)]
+    found = [g for g in _store().record_groups() if g["id"].startswith(ident)]
     if not ident or not found:
         raise fail(InvalidOptionError(f"no tuning result has an ID starting with {ident!r} "
                                       "(see `kjit tune ls`)"))
@@ -110,7 +110,7 @@ def show_cmd(ident: str, as_json: bool) -> None:
 def clear_cmd(kernel: str | None, yes: bool, as_json: bool) -> None:
     """Delete tuning results (also from the shared tier when one is configured): the next
     launch times its configurations again. Asks first on a terminal; --yes elsewhere."""
-    from ..cache.remote import RemoteConfig
+    from ..cache import RemoteConfig
     try:
         shared = RemoteConfig.from_env()
     except KjitError:
@@ -120,7 +120,7 @@ def clear_cmd(kernel: str | None, yes: bool, as_json: bool) -> None:
                                  if shared is not None else "")
     confirm_removal(f"the tuning results {which} from {where}", yes, as_json)
     try:
-        n = _store().clear(kernel)
+        n = _store().clear_records(kernel)
     except KjitError as exc:
         raise fail(exc)
     emit({"removed": n}, as_json, lambda d: f"removed {d['removed']} tuning record(s)")

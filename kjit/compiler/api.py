@@ -22,9 +22,9 @@ from functools import partial
 from typing import Any, Callable, Iterable
 
 from .. import arch as arch_mod
-from ..cache.disk import CacheWarning
-from ..cache.key import key_hash
-from ..cache.lookup import Made, bypass, creation_lock, enabled_by_env, lookup_hashed, unstorable
+from ..cache import CacheWarning
+from ..cache import key_hash
+from ..cache import Made, bypass, creation_lock, enabled_by_env, lookup_hashed, unstorable
 from ..errors import InvalidOptionError
 from ..settings import switch_on
 from ..objectcode import ObjectCode

@@ -64,7 +64,7 @@ def _path() -> Path | None:
     if not cache_enabled():
         return None
     try:
-        from ..cache.trust import trusted
+        from ..cache import trusted
         d = cache_dir()
         return d / FILE_NAME if trusted(d) else None  # nothing read from an untrusted one
     except Exception:  # no home directory to put it in
@@ -81,7 +81,7 @@ def read_record(path: Path, limit: int = MAX_BYTES) -> Any:
     (kjit.cache.trust), bounded, never through a link; a file that fails is ignored with
     one warning naming it and what to do, so no one can point another user's compiles at
     their own files through it."""
-    from ..cache.trust import Untrusted, read_private
+    from ..cache import Untrusted, read_private
     try:
         data = read_private(path, limit)
         return json.loads(data) if len(data) <= limit else {}

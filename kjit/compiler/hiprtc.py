@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 from ..errors import InvalidOptionError, KjitError
 from .diagnostics import compile_error
-from ..hip import comgr, loader
+from .. import hip as hip_libs   # its face: the library loader and comgr, read at each call
 from . import observe
 from .options import HIP_STDS, CompileOptions
 
@@ -46,11 +46,11 @@ class HiprtcUnavailableError(KjitError):
 @functools.lru_cache(maxsize=None)
 def library() -> ctypes.CDLL:
     """The loaded hiprtc library (libhiprtc or libamdhip64), with its signatures declared."""
-    lib = loader.load_first(loader.HIPRTC_NAMES, "hiprtcCreateProgram")
+    lib = hip_libs.load_hip_library(hip_libs.HIPRTC_NAMES, "hiprtcCreateProgram")
     if lib is None:
         raise HiprtcUnavailableError(
-            f"no hiprtc library found (tried {', '.join(loader.HIPRTC_NAMES)}): the HIP backend "
-            f"needs it to compile (an AMD GPU is not needed); install it: {loader.INSTALL_HINT}")
+            f"no hiprtc library found (tried {', '.join(hip_libs.HIPRTC_NAMES)}): the HIP backend "
+            f"needs it to compile (an AMD GPU is not needed); install it: {hip_libs.HIP_INSTALL_HINT}")
     p, c_int, c_size = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
     sigs = {
         "hiprtcVersion": (c_int, [ctypes.POINTER(c_int), ctypes.POINTER(c_int)]),
@@ -98,7 +98,7 @@ def _hip_version_number() -> int | None:
     """HIP_VERSION of the installed runtime (50221153 for 5.2.21153); no GPU needed."""
     lib = library()
     if not hasattr(lib, "hipRuntimeGetVersion"):  # ROCm 6: hiprtc is its own library
-        lib = loader.load_first(loader.RUNTIME_NAMES, "hipRuntimeGetVersion")
+        lib = hip_libs.load_hip_library(hip_libs.HIP_RUNTIME_NAMES, "hipRuntimeGetVersion")
     if lib is None:
         return None
     value = ctypes.c_int()
@@ -128,14 +128,14 @@ def version_string() -> str:
     number = _hip_version_number()
     hip = (f"{number // 10_000_000}.{(number // 100_000) % 100}.{number % 100_000}"
            if number is not None else ".".join(map(str, version())))
-    cg = comgr.version()
+    cg = hip_libs.comgr_version()
     return f"hip {hip}" + (f", comgr {cg[0]}.{cg[1]}" if cg else "")
 
 
 # --- targets -------------------------------------------------------------------------
 def supported_archs() -> tuple[str, ...]:
     """The gfx processors the installed hiprtc can compile for (from comgr); () if unknown."""
-    return comgr.isa_names()
+    return hip_libs.comgr_isa_names()
 
 
 @functools.lru_cache(maxsize=None)
@@ -148,7 +148,7 @@ def check_arch(arch: str) -> None:
     names = [f[:-1] for f in features]
     if len(set(names)) != len(names):
         raise InvalidOptionError(f"arch {arch!r} names a target feature twice")
-    if comgr.is_valid_target(arch) is not False:
+    if hip_libs.comgr_is_valid_target(arch) is not False:
         return  # valid, or no comgr to ask (then hiprtc itself has to judge)
     known = supported_archs()
     if processor in known:
@@ -280,7 +280,7 @@ def compile_source(source: str, *, name: str, arch: str, target: str = "hsaco",
                 message += ("; these name expressions do not name anything in the source: "
                             + ", ".join(bad))
             elif result != HIPRTC_ERROR_COMPILATION and not log.strip():
-                message += f"; is libhiprtc-builtins installed? {loader.INSTALL_HINT}"
+                message += f"; is libhiprtc-builtins installed? {hip_libs.HIP_INSTALL_HINT}"
             else:
                 from .hip_headers import missing_hint
                 hint = missing_hint(log)
@@ -301,7 +301,7 @@ def compile_source(source: str, *, name: str, arch: str, target: str = "hsaco",
 
 def _code_object(code: bytes, arch: str) -> bytes:
     """The ELF code object; newer hiprtc may hand back an offload bundle holding it."""
-    from ..formats.bundle import BUNDLE_MAGIC, read_bundle
+    from ..formats import BUNDLE_MAGIC, read_bundle
     if code.startswith(BUNDLE_MAGIC):
         found = [e.code for e in read_bundle(code) if e.kind == "hsaco"]
         if len(found) != 1:

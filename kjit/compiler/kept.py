@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from ..settings import switch_on
 from . import roots
+from ..cache import SOURCES_SUBDIR, keep_source, source_file, source_holds
 
 ENV_SWITCH = "KJIT_DEBUG_SOURCES"
 _warned: set[str] = set()
@@ -41,17 +42,16 @@ def _choose(kept: list[tuple[str, str]]) -> str:
     the rest), else the one new results go to."""
     import os
     from pathlib import Path
-    from ..cache import sources
-    from ..cache.readonly import writable
+    from ..cache import writable
     from ..locations import cache_dirs
     dirs = [Path(os.path.abspath(d)) for d in cache_dirs()]
     if len(dirs) > 1:
         for d in dirs:
-            sub = str(d / sources.SUBDIR)
-            if all(sources.holds(sources.file_in(sub, t, n), len(t.encode())) for t, n in kept):
+            sub = str(d / SOURCES_SUBDIR)
+            if all(source_holds(source_file(sub, t, n), len(t.encode())) for t, n in kept):
                 return sub
     top = next((d for d in dirs if writable(d)), dirs[0])
-    return str(top / sources.SUBDIR)
+    return str(top / SOURCES_SUBDIR)
 
 
 def files(req: Any) -> list[tuple[str, str]]:
@@ -69,22 +69,20 @@ class Plan:
     __slots__ = ("req", "paths")
 
     def __init__(self, req: Any):
-        from ..cache import sources
         self.req = req
-        self.paths = [(sources.file_in(req.sources_dir, t, n), t, n) for t, n in files(req)]
+        self.paths = [(source_file(req.sources_dir, t, n), t, n) for t, n in files(req)]
 
 
 def keep(req: Any, plan: Plan | None = None) -> None:
     """Make sure every file the request's binary names is there (never raises)."""
     if req.sources_dir is None:
         return
-    from ..cache import sources
     for path, text, name in (plan or Plan(req)).paths:
-        failed = sources.ensure(req.sources_dir, text, name, path)
+        failed = keep_source(req.sources_dir, text, name, path)
         if failed is not None and req.sources_dir not in _warned:
             _warned.add(req.sources_dir)   # once per directory: every compile would fail alike
             import warnings
-            from ..cache.disk import CacheWarning
+            from ..cache import CacheWarning
             warnings.warn(f"{req.name}: cannot keep its source in {req.sources_dir} for "
                           f"debuggers and profilers ({failed.strerror or failed}); the kernel "
                           "compiles and runs, but cuda-gdb and Nsight Compute will not show its "
@@ -95,8 +93,7 @@ def kept_paths(req: Any) -> list[str]:
     """The kept files a request's binary names (an entry's metadata lists them for prune)."""
     if req.sources_dir is None:
         return []
-    from ..cache import sources
-    return [sources.file_in(req.sources_dir, t, n) for t, n in files(req)]
+    return [source_file(req.sources_dir, t, n) for t, n in files(req)]
 
 
 def _line(path: str) -> str:
@@ -109,14 +106,13 @@ def program(source: str, name: str, headers: Mapping[str, str], sources_dir: str
             ) -> tuple[str, dict[str, str], dict[str, str]]:
     """(source, in-memory headers, {kept path: name}) as NVRTC is to see them: the source
     and each in-memory header start with a #line naming its kept file."""
-    from ..cache import sources
     shown: dict[str, str] = {}
     out = {}
     for n, t in headers.items():
-        p = sources.file_in(sources_dir, t, n)
+        p = source_file(sources_dir, t, n)
         shown[p] = n
         out[n] = _line(p) + t
-    p = sources.file_in(sources_dir, source, name)
+    p = source_file(sources_dir, source, name)
     shown[p] = name
     return _line(p) + source, out, shown
 

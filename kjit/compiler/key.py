@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..cache.key import KEY_ENV_VARS, env_fingerprint, key_hash, sha256
+from ..cache import KEY_ENV_VARS, env_fingerprint, key_hash, sha256_hex as sha256
 from .identity import compiler_identity
 
 NAMESPACE = "compile"
@@ -67,7 +67,7 @@ def _warn_unkeyable(name: str, why: str) -> None:
         return
     _warned.add(why)
     import warnings
-    from ..cache.disk import CacheWarning
+    from ..cache import CacheWarning
     warnings.warn(f"{name}: not cached: {why}; the binary is returned, not stored (remove "
                   "that path from the compile's includes to cache it)", CacheWarning, stacklevel=5)
 

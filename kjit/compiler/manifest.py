@@ -33,7 +33,7 @@ def _dirs() -> list[Path]:
     """The manifest directory of every cache directory KJIT_CACHE_DIR lists, in order (a
     read-only cache baked into an image can hold manifests too)."""
     try:
-        from ..cache.trust import trusted
+        from ..cache import trusted
         from ..locations import cache_dirs
         # a directory others could write, or another user's, could hold a planted manifest
         # naming another kernel's key: nothing in it is read
@@ -53,7 +53,7 @@ def _file(d: Path, prekey: str) -> Path:
 
 def _records(path: Path) -> list[dict[str, Any]]:
     try:
-        from ..cache.trust import read_private
+        from ..cache import read_private
         data = read_private(path, MAX_BYTES)  # no link followed, nobody else's file
         digest, _, payload = data.partition(b"\n")
         if len(data) > MAX_BYTES or _check_line(payload) != digest:

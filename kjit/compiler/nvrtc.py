@@ -57,7 +57,7 @@ def _warn_if_no_kernel(source: str, code: bytes, target: str, name: str) -> None
     if target == "ptx":
         has = b".entry" in code
     else:
-        from ..formats.elf import ElfFile
+        from ..formats import ElfFile
         has = bool(ElfFile(code).cuda_kernels())
     if not has:
         import warnings

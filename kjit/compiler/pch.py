@@ -131,7 +131,7 @@ def prologue(source: str) -> str | None:
 
 
 def _key(prologue_text: str, name: str, flags: Sequence[str], headers: dict) -> str:
-    from ..cache.key import canonical
+    from ..cache import canonical
     from ..hashing import sha256
     return sha256(canonical([prologue_text, name, list(flags), sorted(headers.items()),
                              os.getcwd()])).hexdigest()

@@ -141,7 +141,7 @@ def claim(rk: dict[str, Any], options: Any) -> tuple[tuple[str, Snapshot] | None
     tier = _tier()
     if tier is None or not tier.usable():
         return None, None
-    from ..cache.shared import RECHECK_S, HeldLease
+    from ..cache import LEASE_RECHECK_S as RECHECK_S, HeldLease
     lease_key, cfg = _REMOTE + key_hash(NAMESPACE, rk), tier.config
     deadline = time.monotonic() + cfg.wait_s
     try:
@@ -227,7 +227,7 @@ def _local(h: str) -> dict[str, Any] | None:
 
 
 def _tier() -> Any:
-    from ..cache.lookup import _tier as tier   # None unless KJIT_REMOTE_CACHE is set
+    from ..cache import shared_tier as tier   # None unless KJIT_REMOTE_CACHE is set
     return tier()
 
 

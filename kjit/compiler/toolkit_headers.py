@@ -62,7 +62,7 @@ def _record_path():
     if not cache_enabled():
         return None
     try:
-        from ..cache.trust import trusted
+        from ..cache import trusted
         from ..locations import cache_dir
         d = cache_dir()
         return d / RECORD_FILE if trusted(d) else None  # nothing read from an untrusted one

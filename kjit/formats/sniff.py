@@ -12,9 +12,9 @@ LTOIR_MAGIC = b"\xed\x43\x4e\x7f"       # 0x7F4E43ED, NVVM LTO-IR
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 ARCHIVE_MAGIC = b"!<arch>\n"
 
-_PTX_ENTRY_RE = re.compile(rb"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([A-Za-z_$][\w$]*)", re.M)
-_PTX_TARGET_RE = re.compile(rb"^\s*\.target\s+([\w]+)", re.M)
-_PTX_VERSION_RE = re.compile(rb"^\s*\.version\s+(\d+)\.(\d+)", re.M)
+PTX_ENTRY_RE = re.compile(rb"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([A-Za-z_$][\w$]*)", re.M)
+PTX_TARGET_RE = re.compile(rb"^\s*\.target\s+([\w]+)", re.M)
+PTX_VERSION_RE = re.compile(rb"^\s*\.version\s+(\d+)\.(\d+)", re.M)
 
 def sniff_kind(code: bytes) -> str:
     """The kind of a binary from its first bytes; InvalidOptionError if it is none we know."""
@@ -37,7 +37,7 @@ def sniff_kind(code: bytes) -> str:
         if elf.machine == EM_AMDGPU:
             return "hsaco"
         raise InvalidOptionError(f"ELF image for machine {elf.machine} is neither CUDA nor AMDGPU")
-    if _PTX_VERSION_RE.search(code[:4096]) and _PTX_TARGET_RE.search(code[:4096]):
+    if PTX_VERSION_RE.search(code[:4096]) and PTX_TARGET_RE.search(code[:4096]):
         return "ptx"
     raise InvalidOptionError(
         "unrecognised binary: not PTX, cubin, fatbin, LTO-IR, an AMD code object, an offload "
@@ -46,7 +46,7 @@ def sniff_kind(code: bytes) -> str:
 
 def ptx_version(code: bytes) -> tuple[int, int] | None:
     """The `.version` of PTX text, e.g. (9, 5)."""
-    m = _PTX_VERSION_RE.search(code)
+    m = PTX_VERSION_RE.search(code)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
@@ -54,7 +54,7 @@ def arch_from_bytes(code: bytes, kind: str) -> str | None:
     if kind in ("cubin", "object"):
         return f"sm_{ElfFile(code).cuda_sm}"
     if kind == "ptx":
-        m = _PTX_TARGET_RE.search(code)
+        m = PTX_TARGET_RE.search(code)
         if m:
             t = m.group(1).decode()
             return t.replace("sm_", "compute_", 1) if t.startswith("sm_") else t

@@ -12,10 +12,10 @@ from typing import Any, Iterable
 
 from .. import arch as arch_mod
 from ..errors import InvalidOptionError, LinkError
-from ..formats.elf import ElfFormatError
+from ..formats import ElfFormatError
 from ..objectcode import ObjectCode, merge_declarations
 from . import devrt
-from .choice import BACKENDS, Choice, choose_backend
+from .choice import BACKENDS, Choice, choose_backend, cuda_version_text, ptx_too_new
 from .inputs import InputLike, LinkInput, check_inputs, normalize
 from .options import LinkOptions
 from .result import LinkResult

@@ -38,7 +38,7 @@ def ptx_devrt_references(ptx: bytes) -> list[str]:
 
 def elf_devrt_references(code: bytes) -> list[str]:
     """The device-runtime functions a (relocatable) cubin leaves undefined."""
-    from ..formats.elf import ElfFile
+    from ..formats import ElfFile
     names = {s.name for s in ElfFile(code).symbols if s.shndx == 0 and s.name}
     return sorted(n for n in names if is_devrt_symbol(n))
 
@@ -48,7 +48,7 @@ def defined_symbols(code: bytes, kind: str) -> set[str]:
     if kind == "ptx":
         return {m.decode() for m in _PTX_DEFINED_RE.findall(code)}
     if kind in ("cubin", "object"):
-        from ..formats.elf import ElfFile
+        from ..formats import ElfFile
         return {s.name for s in ElfFile(code).symbols if s.shndx != 0 and s.name}
     return set()
 
@@ -62,7 +62,7 @@ def references(code: bytes, kind: str) -> list[str] | None:
         return elf_devrt_references(code)
     if kind == "fatbin":
         try:
-            from ..formats.fatbin import entries
+            from ..formats import fatbin_entries as entries
             found: set[str] = set()
             for e in entries(code, "fatbin"):
                 if e.kind in ("ptx", "cubin", "object"):

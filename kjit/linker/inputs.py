@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Union
 
-from ..formats.elf import ElfFile, ElfFormatError
+from ..formats import ElfFile, ElfFormatError
 from ..errors import InvalidOptionError
 from ..fileio import MAX_BINARY_BYTES, read_input
 from ..objectcode import ObjectCode, from_foreign_code, from_text_or_path, is_foreign_code
@@ -63,7 +63,7 @@ class LinkInput:
     def ptx_version(self) -> tuple[int, int] | None:
         if self.kind != "ptx":
             return None
-        from ..formats.sniff import ptx_version
+        from ..formats import ptx_version
         return ptx_version(self.code)
 
 
@@ -90,8 +90,8 @@ def check_structure(code: bytes, kind: str) -> None:
     and symbol indexes (a bad sh_info is a segfault) and a fatbin's entry headers (an LZ4
     entry that decodes past its declared size): every ELF, and every cubin inside a fatbin
     or host object, is checked first (kjit.formats.elfcheck)."""
-    from ..formats.elfcheck import check_linkable
-    from ..formats.fatbin import read_fatbin
+    from ..formats import check_linkable
+    from ..formats import read_fatbin
     if kind in ("cubin", "object", "hostobject"):
         try:
             elf = check_linkable(code)

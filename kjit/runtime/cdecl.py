@@ -154,12 +154,12 @@ class Signature(NamedTuple):
     params: tuple[Param, ...] = ()
 
 
-from ..compiler import declarations as _decl
+from ..compiler import declared_aliases, declared_kernels, declared_structs, preprocess_declarations
 
 
 def aliases_of(source: str) -> dict[str, str]:
     """The plain type aliases of a source (or a declarations digest)."""
-    return _decl.aliases(_decl.preprocess(source))
+    return declared_aliases(preprocess_declarations(source))
 
 # patterns used off the common path stay strings: re compiles (and caches) them on first use
 _FIELD = r"^(?:__align__\((\d+)\)\s*)?(.*?)([A-Za-z_]\w*)\s*((?:\[\s*\d+\s*\])*)$"
@@ -179,9 +179,9 @@ def parse_structs(source: str, named: dict[str, str] | None = None) -> dict[str,
     driver's sizes). `named`: the source's plain type aliases, where the caller has them.
     """
     structs: dict[str, CType] = {}
-    text = _decl.preprocess(source)
-    named = _decl.aliases(text) if named is None else named
-    for s in _decl.structs(text):
+    text = preprocess_declarations(source)
+    named = declared_aliases(text) if named is None else named
+    for s in declared_structs(text):
         if s.members is None:
             continue
         fields_, offset, max_align = [], 0, max(1, s.align)
@@ -241,11 +241,11 @@ def parse_signatures(source: str) -> dict[str, Signature]:
     """Signatures of the non-template kernels in the source, by kernel name, read as the
     compiler reads them (declarations.preprocess). Templates are left to the mangled-name
     decoder and the driver."""
-    text = _decl.preprocess(source)
-    named = _decl.aliases(text)
+    text = preprocess_declarations(source)
+    named = declared_aliases(text)
     structs = parse_structs(text, named)
     out: dict[str, Signature] = {}
-    for k in _decl.kernels(text):
+    for k in declared_kernels(text):
         if k.template:
             continue
         params = k.params if k.params not in ((), ("void",)) else ()

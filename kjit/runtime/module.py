@@ -94,7 +94,7 @@ class Module:
             raise KjitError("kjit.load cannot load LTO-IR: link it to a cubin first with "
                             "kjit.link([...], lto=True)")
         if obj.kind == "ptx" and obj.ptx_version is not None:
-            from ..linker.choice import cuda_version_text, ptx_too_new
+            from ..linker import cuda_version_text, ptx_too_new
             drv_version = driver.driver_version()
             if ptx_too_new(obj.ptx_version, drv_version):
                 from ..arch import device_arch
@@ -123,8 +123,8 @@ class Module:
         """The driver picks from a fatbin itself, unless the entry it would use is PTX newer
         than it accepts: that PTX is linked to a cubin for the device with nvJitLink."""
         from ..arch import device_arch
-        from ..formats.fatbin import best_entry, entries
-        from ..linker.choice import ptx_too_new
+        from ..formats import best_entry, fatbin_entries as entries
+        from ..linker import ptx_too_new
         target = device_arch()
         chosen = best_entry(entries(obj.code, "fatbin"), target.name) if target else None
         if (chosen is None or chosen.kind != "ptx" or not chosen.decoded
@@ -217,7 +217,7 @@ class Module:
         if self.object.kind == "ptx":
             return self.object.code
         if self.object.kind == "fatbin":
-            from ..formats.fatbin import entries
+            from ..formats import fatbin_entries as entries
             for entry in entries(self.object.code, "fatbin"):
                 if entry.kind == "ptx" and getattr(entry, "decoded", True):
                     return entry.code

@@ -12,6 +12,7 @@ from __future__ import annotations
 from .api import Autotuned, autotune, tune
 from .config import Config
 from .search import Exhaustive, RandomSearch
+from .store import clear as clear_records, groups as record_groups  # kjit tune ls / clear
 from .tuner import Result, Tuner
 
 # kjit.autotune is the decorator; the rest of the API hangs off it

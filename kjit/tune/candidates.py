@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..compiler.options import CompileOptions
+from ..compiler import CompileOptions
 from ..errors import ArgumentError
 from ..hashing import sha256
 from .config import Config
@@ -21,7 +21,7 @@ def compile_candidates(items: list[dict[str, Any]], arch: str | None, *,
     (kjit.compile_many); on_result(index, result) as each finishes."""
     if not items:
         return []
-    from ..compiler.many import compile_many
+    from ..compiler import compile_many
     return compile_many(items, arch=arch, target="cubin", errors="return", progress=False,
                         on_result=on_result, jobs=jobs)
 
@@ -36,7 +36,7 @@ def merged_options(options: CompileOptions | None, defines: dict[str, str | None
 class Candidate:
     def __init__(self, index: int, config: Config, target: Any):
         from ..decorator import KernelFunction
-        from ..runtime.kernel import Kernel
+        from ..runtime import Kernel
         self.index, self.config = index, config
         self.function = self.request = self.kernel = None
         self.object: Any = None
@@ -97,7 +97,7 @@ class Candidate:
             if self.function is not None:
                 self.kernel = self.function.kernel()
             else:
-                from ..runtime.module import load
+                from ..runtime import load
                 obj = self.object
                 if obj is None:
                     obj = compile_candidates([self.compile_item()], None)[0]
@@ -122,7 +122,7 @@ def threads(block: Any) -> int:
 
 def limit_problem(kernel: Any, block: Any, shared: int) -> str | None:
     """Why this kernel cannot run with this block and dynamic shared memory, or None."""
-    from ..runtime.context import Device
+    from ..runtime import Device
     a = kernel.attributes
     n = threads(block)
     regs = f"{a.num_regs} registers/thread, {a.shared_size_bytes} B static shared"

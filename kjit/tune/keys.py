@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from ..compiler.declarations import KERNEL, strip_comments
+from ..compiler import KERNEL_RE as KERNEL, strip_comments
 from ..errors import ArgumentError
 
 
@@ -18,7 +18,7 @@ def key_value(name: str, value: Any) -> Any:
     shape = getattr(value, "shape", None)
     typestr = getattr(value, "typestr", None)   # a kjit array: its dtype without numpy
     if shape is not None and isinstance(typestr, str):
-        from ..runtime.dtypes import NAMES
+        from ..runtime import DTYPE_NAMES as NAMES
         return {"shape": [int(d) for d in shape], "dtype": NAMES.get(typestr, typestr)}
     dtype = getattr(value, "dtype", None)
     if shape is not None and dtype is not None:
@@ -97,7 +97,7 @@ def name_args(names: Sequence[str] | None, args: Sequence[Any], kwargs: Mapping[
 
 def _device(ordinal: int) -> dict[str, Any]:
     from .. import driver
-    from ..runtime.context import Device
+    from ..runtime import Device
     dev = Device(ordinal)
     major, minor = driver.compute_capability(ordinal)
     return {"name": dev.name, "sms": dev.attribute("multiprocessor_count"), "cc": f"{major}.{minor}",

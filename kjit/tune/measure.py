@@ -109,7 +109,7 @@ class Measurer:
         tuner = self.tuner
         if self.protected is None and tuner.timer is None and (tuner.restore or tuner.zero):
             from .timing import Protected
-            from ..runtime.stream import as_handle
+            from ..runtime import stream_handle as as_handle
             self.protected = Protected(self.named, tuner.restore, tuner.zero, as_handle(self.stream))
         try:
             rec, here = get_or_measure(self.rkeys[c.index], f"{tuner.label} [{c.config.label()}]",
@@ -131,7 +131,7 @@ class Measurer:
         if tuner.timer is not None:
             return {"status": "ok", "ms": float(tuner.timer(c))}
         from .timing import bench, early_stop
-        from ..runtime.stream import as_handle
+        from ..runtime import stream_handle as as_handle
         stream, protected = self.stream, self.protected
         try:
             grid, block, shared = c.geometry(self.named)
@@ -163,7 +163,7 @@ class Measurer:
 def _jobs() -> int | None:
     """Compile workers while timing: every core but one, which the timing thread keeps
     (KJIT_COMPILE_JOBS, when set, as it says)."""
-    from ..compiler.pool import pool_size
+    from ..compiler import pool_size
     from ..settings import compile_jobs
     if compile_jobs() is not None:
         return None

@@ -12,9 +12,7 @@ import math
 import warnings
 from typing import Any, Callable
 
-from ..cache import key_hash, lookup
-from ..cache.entry import CorruptEntry
-from ..cache.lookup import peek as peek_entry
+from ..cache import delete, get_or_create, key_hash, ls, peek as peek_entry, read_local
 from ..objectcode import ObjectCode
 
 NAMESPACE = "autotune"
@@ -85,7 +83,7 @@ def get_or_measure(k: dict[str, Any], label: str, measure: Callable[[], dict[str
                           arch=None, name=label)
 
     meta = {"autotune": {k2: k[k2] for k2 in ("kernel", "device", "key", "config")}}
-    obj = lookup.get_or_create(NAMESPACE, k, create, label=LABEL_PREFIX + label, meta=meta)
+    obj = get_or_create(NAMESPACE, k, create, label=LABEL_PREFIX + label, meta=meta)
     rec = _decode(obj)
     if rec is None:
         # A stored record kjit did not write (a shared tier's, an archive's): never used;
@@ -102,9 +100,8 @@ def get_or_measure(k: dict[str, Any], label: str, measure: Callable[[], dict[str
 # --- `kjit tune` --------------------------------------------------------------------------
 def _rows(kernel: str | None) -> list[dict[str, Any]]:
     """The metadata of every tuning entry on the local disk (of one kernel), whatever its shape."""
-    from ..cache import admin
     out = []
-    for meta in admin.ls(kernel=LABEL_PREFIX, sort="created", reverse=True):
+    for meta in ls(kernel=LABEL_PREFIX, sort="created", reverse=True):
         if meta.get("namespace") != NAMESPACE:
             continue
         info = meta.get("autotune")
@@ -140,12 +137,8 @@ def entries(kernel: str | None = None) -> list[dict[str, Any]]:
 
 
 def _record_of(h: str) -> dict[str, Any] | None:
-    c = lookup.current()
-    try:
-        got = c.disk.get(h) if c.disk is not None else None
-    except CorruptEntry:
-        return None
-    return _decode(got[0]) if got else None
+    code = read_local(h)
+    return _decode(code) if code is not None else None
 
 
 def groups(kernel: str | None = None) -> list[dict[str, Any]]:
@@ -170,19 +163,5 @@ def groups(kernel: str | None = None) -> list[dict[str, Any]]:
 
 def clear(kernel: str | None = None) -> int:
     """Delete the tuning records (of one kernel); also from the shared tier when one is set."""
-    from ..cache import admin, shared
     keys = [meta["key"] for meta in _rows(kernel)]   # those of any shape
-    if not keys:
-        return 0
-    store = admin._writable(admin._disk(), "clear")
-    store.delete_many(keys)
-    c = lookup.current()
-    for h in keys:
-        c.memory.discard(h)
-    tier = shared.active()
-    if tier is not None and tier.usable():
-        try:
-            tier.backend.delete(keys)
-        except Exception:
-            pass
-    return len(keys)
+    return delete(keys, "clear") if keys else 0

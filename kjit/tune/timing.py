@@ -36,12 +36,12 @@ def device_buffer(name: str, value: Any) -> tuple[int, int]:
         if not value.is_contiguous():
             raise ArgumentError(f"argument {name!r} (restore_value/reset_to_zero) must be contiguous")
         return value.data_ptr(), value.numel() * value.element_size()
-    from ..runtime.memory import array_interface
+    from ..runtime import array_interface
     cai = array_interface(value)
     if cai is None:
         raise ArgumentError(f"argument {name!r} is named in restore_value/reset_to_zero but is a "
                             f"{type(value).__name__}, not a device array")
-    from ..runtime.pointers import array_layout
+    from ..runtime import array_layout
     _typestr, _itemsize, nbytes, contiguous = array_layout(cai)
     if not contiguous:
         raise ArgumentError(f"argument {name!r} (restore_value/reset_to_zero) must be contiguous")
@@ -63,7 +63,7 @@ class Protected:
         # zeroed buffers are saved too, so the launch after tuning sees what the caller left
         for n in dict.fromkeys([*restore, *zero]):
             ptr, size = device_buffer(n, named[n])
-            from ..runtime.memory import empty
+            from ..runtime import empty
             copy = empty(max(size, 1), dtype="uint8")
             # on the stream the candidates run on: after the caller's work there, before theirs
             driver.call(drv.cuMemcpyDtoDAsync, copy.ptr, ptr, size, stream)
@@ -94,7 +94,7 @@ def bench(launch: Callable[[], None], *, stream: Any = None,
     queued, at least WINDOW_MS of work ahead, so the GPU never waits for the check (an idle
     GPU between a start event and its launch would lengthen that repeat). Without it every
     repeat is queued at once, as before."""
-    from ..runtime.stream import Event
+    from ..runtime import Event
     start, end = Event(), Event()
     if before:
         before()

@@ -124,7 +124,7 @@ class Tuner:
         memo = json.dumps(kv, sort_keys=True)
         if self.device is None:   # a choice belongs to a device: the context current now
             if self._current is None:
-                from ..runtime.libcuda import current_context_fn
+                from ..runtime import current_context_fn
                 self._current = current_context_fn()
             memo += f"@{self._current()}"
         found = self._chosen.get(memo)

@@ -17,7 +17,7 @@ def _loadable(code: Any) -> tuple[bytes, list[str], list[str]]:
             f"a HIP module loads AMD code objects (hsaco) or offload bundles (hipfb), not "
             f"{obj.kind}; compile with backend='hip'")
     if obj.kind == "hipfb":
-        from ...formats.bundle import read_bundle
+        from ...formats import read_bundle
         archs = [e.arch for e in read_bundle(obj.code) if e.kind == "hsaco"]
     else:
         archs = [obj.arch] if obj.arch else []
@@ -58,7 +58,7 @@ class HipModule:
     def code_object(self) -> bytes:
         """One AMD code object of this module (argument layouts are the same in each)."""
         if self.object.kind == "hipfb":
-            from ...formats.bundle import read_bundle
+            from ...formats import read_bundle
             for entry in read_bundle(self.code):
                 if entry.kind == "hsaco":
                     return entry.code
@@ -106,8 +106,8 @@ class HipFunction:
 
     def _packer_for(self):
         if self._packer is None:
-            from ...runtime.params import Packer
-            from ...runtime.signature import resolve_slots
+            from ...runtime import Packer
+            from ...runtime import resolve_slots
             from ..comgr import kernel_args
             info = kernel_args(self.module.code_object()).get(self.symbol)
             layout = [tuple(a) for a in info.args] if info is not None else None
@@ -117,7 +117,7 @@ class HipFunction:
 
     def pack(self, args: tuple) -> HipParams:
         """Arguments checked and converted exactly as for CUDA kernels, packed for HIP."""
-        from ...runtime.memory import _HostTransfer
+        from ...runtime import HostTransfer as _HostTransfer
         packer = self._packer_for()
         for slot, a in zip(packer.slots, args):
             if isinstance(a, _HostTransfer):   # its copies would go through CUDA memory
