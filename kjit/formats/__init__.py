@@ -1,8 +1,9 @@
-"""Readers (and the offload-bundle writer) of the binary formats kjit meets: ELF, fatbin
-containers, LZ4, clang offload bundles, .nv.info sections, and sniffing a blob's kind.
+"""Readers (and the fatbin and offload-bundle writers) of the binary formats kjit meets: ELF,
+fatbin containers, LZ4, clang offload bundles, .nv.info sections, and sniffing a blob's kind.
 
-Pure byte parsing: these modules import only kjit.errors and kjit.arch, so everything above
-(ObjectCode, the compiler, the linker, the runtime, the CLI) can use them.
+Pure byte parsing: these modules import only kjit.errors and kjit.arch (and kjit.families,
+where the fatbin writer loads nvFatbin), so everything above (ObjectCode, the compiler, the
+linker, the runtime, the CLI) can use them.
 """
 
 # Every kind of code kjit handles (ObjectCode.kind). Here, not in sniff: ObjectCode checks a
