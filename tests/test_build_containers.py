@@ -1,5 +1,5 @@
-"""kjit.fatbin (nvFatbin writer) and kjit.containers (fatbin reader): entries, arch names,
-compression, determinism, truncation, and the driver's choice of entry."""
+"""kjit.formats.fatbin (the nvFatbin writer and the container reader) and kjit.build.pack:
+entries, arch names, compression, determinism, truncation, and the driver's choice of entry."""
 from __future__ import annotations
 
 import glob
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from kjit.compiler.api import compile as kjit_compile
-from kjit.formats.fatbin import (ContainerFormatError, Entry, best_entry, entries, read_fatbin,
-                             runs_on)
+from kjit.formats.fatbin import (ContainerFormatError, Entry, FatbinInput, best_entry, entries,
+                                 read_fatbin, runs_on, write_fatbin)
 from kjit.errors import InvalidOptionError, KjitError
-from kjit.build.fatbin import FatbinInput, build, make_fatbin
+from kjit.build.pack import make_fatbin
 from kjit.objectcode import ObjectCode
 
 SRC = r'''
@@ -92,22 +92,22 @@ def test_cuobjdump_lists_the_same_entries(objs, tmp_path):
 
 def test_same_inputs_give_identical_bytes_in_any_order(objs):
     items = list(objs.values())
-    first = build(items)
-    assert build(items) == first
-    assert build(list(reversed(items))) == first
+    first = write_fatbin(items)
+    assert write_fatbin(items) == first
+    assert write_fatbin(list(reversed(items))) == first
 
 
 def test_arch_specific_and_family_entries_keep_their_suffix():
     items = [kjit_compile(SRC, arch="sm_90a", cache=False),
              kjit_compile(SRC, arch="sm_100f", cache=False),
              kjit_compile(SRC, arch="compute_100f", target="ptx", cache=False)]
-    got = {(e.kind, e.arch) for e in entries(build(items), "fatbin")}
+    got = {(e.kind, e.arch) for e in entries(write_fatbin(items), "fatbin")}
     assert got == {("cubin", "sm_90a"), ("cubin", "sm_100f"), ("ptx", "compute_100f")}
 
 
 def test_lz4_compressed_entries_are_decoded(objs):
-    code = build(objs.values(), compress="speed")
-    assert len(code) < len(build(objs.values()))
+    code = write_fatbin(objs.values(), compress="speed")
+    assert len(code) < len(write_fatbin(objs.values()))
     es = {e.arch: e for e in entries(code, "fatbin")}
     assert es["compute_90"].compression == "lz4" and es["compute_90"].decoded
     assert b".entry saxpy" in es["compute_90"].code
@@ -115,7 +115,7 @@ def test_lz4_compressed_entries_are_decoded(objs):
 
 
 def test_zstd_compressed_entries_decode_when_a_zstd_library_exists(objs):
-    code = build(objs.values(), compress="size")
+    code = write_fatbin(objs.values(), compress="size")
     es = {e.arch: e for e in entries(code, "fatbin")}
     assert all(e.compression == "zstd" for e in es.values())
     try:
@@ -132,7 +132,7 @@ def test_zstd_compressed_entries_decode_when_a_zstd_library_exists(objs):
 
 @pytest.mark.parametrize("cut", [3, 20, 100, -1000, -1])
 def test_truncated_fatbin_names_the_problem(objs, cut):
-    code = build(objs.values())
+    code = write_fatbin(objs.values())
     with pytest.raises(ContainerFormatError, match="truncated") as info:
         read_fatbin(code[:cut])
     assert isinstance(info.value, KjitError)
@@ -167,13 +167,13 @@ def test_hipfb_is_read_by_the_hip_bundle_module(monkeypatch):
 
 def test_bad_inputs_are_refused_before_nvfatbin(objs):
     with pytest.raises(InvalidOptionError, match="compress"):
-        build(objs.values(), compress="max")
+        write_fatbin(objs.values(), compress="max")
     with pytest.raises(InvalidOptionError, match="at least one"):
-        build([])
+        write_fatbin([])
     with pytest.raises(InvalidOptionError, match="two cubin entries for sm_90"):
-        build([objs["sm_90"], FatbinInput("cubin", "sm_90", objs["sm_90"].code, "other.cu")])
+        write_fatbin([objs["sm_90"], FatbinInput("cubin", "sm_90", objs["sm_90"].code, "other.cu")])
     with pytest.raises(InvalidOptionError, match="offload bundle"):
-        build([FatbinInput("hsaco", "sm_90", b"x")])
+        write_fatbin([FatbinInput("hsaco", "sm_90", b"x")])
 
 
 def test_name_expression_symbols_are_merged():
@@ -195,7 +195,7 @@ def test_runs_on_follows_the_driver_rules(entry_arch, device, ok):
 
 
 def test_best_entry_prefers_the_closest_cubin_then_ptx(objs):
-    es = entries(build(objs.values()))
+    es = entries(write_fatbin(objs.values()))
     pick = lambda d: (lambda e: e and (e.kind, e.arch))(best_entry(es, d))  # noqa: E731
     assert pick("sm_86") == ("cubin", "sm_80")
     assert pick("sm_90") == ("cubin", "sm_90")

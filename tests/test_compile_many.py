@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import kjit
+from kjit import progress
 from kjit.compiler import many, pool
 from kjit.errors import CompileError, InvalidOptionError
 
@@ -150,7 +151,7 @@ def test_progress_callable_counts_every_item():
 
 
 def test_progress_bar_on_a_terminal(monkeypatch, capsys):
-    monkeypatch.setattr(many, "_stderr_tty", lambda: True)
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: True)
     monkeypatch.setattr(many, "BAR_AFTER_S", 0.0)
     kjit.compile_many([src(i, "bar") for i in range(3)], arch=ARCH, jobs=2)
     assert "kjit: compiling" in capsys.readouterr().err

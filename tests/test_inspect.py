@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from kjit.cli.main import cli
 from kjit.compiler.api import compile as kjit_compile
-from kjit.build.fatbin import make_fatbin
+from kjit.build.pack import make_fatbin
 
 SRC = r'''
 extern "C" __global__ void __launch_bounds__(256) reduce(const float* x, float* out) {

@@ -15,7 +15,7 @@ ROOT = Path(kjit.__file__).resolve().parent   # the package under test: checkout
 # Lowest first. A module belongs to the last (most specific) layer whose name prefixes it,
 # so "hip" (the library loader and comgr binding the compiler uses) sits low while
 # "hip.runtime" (the runtime twin of kjit.runtime) sits high.
-LAYERS = ["lazy", "errors", "hashing", "settings", "locations", "families", "fileio", "driver", "arch", "formats", "objectcode", "jit_options",
+LAYERS = ["lazy", "errors", "hashing", "progress", "settings", "locations", "families", "fileio", "driver", "arch", "formats", "objectcode", "jit_options",
           "cache", "hip", "compiler", "linker", "runtime", "hip.runtime", "build", "decorator",
           "tune", "cli"]
 

@@ -17,7 +17,7 @@ import pytest
 
 import kjit
 from kjit.build import run_build
-from kjit.build.fatbin import make_fatbin
+from kjit.build.pack import make_fatbin
 from kjit.errors import KjitError
 from kjit.linker import LinkResult, link
 from kjit.objectcode import SIDECAR_SUFFIX, ObjectCode, merge_declarations

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kjit.build.fatbin import build as build_fatbin
+from kjit.formats.fatbin import write_fatbin as build_fatbin
 from kjit.cache import entry as entry_mod
 from kjit.compiler.api import compile as kjit_compile
 from kjit.errors import KjitError

@@ -1,10 +1,12 @@
 """The build engine behind `kjit build`: one fatbin (or HIP offload bundle) for many
 architectures, on any machine.
 
-One compile per (source, architecture), through kjit.compile_many (`workers`): hits from the
-cache, misses in parallel worker processes; then the cubins (and PTX for forward compatibility) are packed with nvFatbin
-(`fatbin`). Lowered names of --name-expression templates go to the `<output>.kjit.json`
-sidecar, which ObjectCode.from_file and kjit.load read back.
+`archs` resolves the targets; `units` makes one compile per (source, architecture) and runs
+them through kjit.compile_many: hits from the cache, misses in parallel worker processes;
+`engine` links where asked; `pack` packs the cubins (and PTX for forward compatibility) into
+one fatbin (nvFatbin, through kjit.formats.fatbin) or the code objects into a bundle.
+Lowered names of --name-expression templates go to the `<output>.kjit.json` sidecar, which
+ObjectCode.from_file and kjit.load read back.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 from ..compiler.search import source_name
 from ..errors import InvalidOptionError
 from .archs import resolve_archs, resolve_ptx
-from .workers import BuildCompiler, Unit, compile_units
+from .units import SharedOptions, Unit, compile_units
 
 COMPRESS_CHOICES = ("none", "speed", "balance", "size")
 
@@ -48,8 +48,8 @@ def run_build(sources: Sequence[str | os.PathLike[str]], *, output: str | os.Pat
     callable invoked after each compile. save(obj, path) writes the result (default: make
     the directory, then obj.save(path))."""
     from ..compiler.options import CompileOptions
-    from .fatbin import make_fatbin
-    from ..objectcode import ObjectCode, merge_declarations
+    from .pack import make_bundle, make_fatbin, merge_symbols
+    from ..objectcode import ObjectCode
 
     t0 = time.perf_counter()
     paths = [Path(s) for s in sources]
@@ -102,9 +102,9 @@ def run_build(sources: Sequence[str | os.PathLike[str]], *, output: str | os.Pat
             units += [Unit(texts[0], source_name(paths[0]), a, "ptx") for a in ptx_list]
         options = opts
 
-    compiler = BuildCompiler(options, exprs, backend, cache)
+    shared = SharedOptions(options, exprs, backend, cache)
     tick = progress(len(units)) if progress else (lambda: None)
-    objs = compile_units(units, compiler, jobs, tick)
+    objs = compile_units(units, shared, jobs, tick)
     res = BuildResult(output=Path(output) if output else paths[0].with_suffix(
         ".hipfb" if backend == "hip" else ".fatbin"), object=None, notes=result_notes)
     res.compiles = len(objs)
@@ -116,15 +116,13 @@ def run_build(sources: Sequence[str | os.PathLike[str]], *, output: str | os.Pat
                 "cache_hit": hits, "ms": ms}
 
     if backend == "hip":
-        from ..formats.bundle import write_bundle
-        code = write_bundle([(o.arch, o.code) for o in objs])
-        symbols = _merged_symbols(objs)
-        declarations = merge_declarations(o.declarations for o in objs)
-        out_obj = ObjectCode(code, kind="hipfb", symbols=symbols, name=res.output.name,
-                             metadata={"declarations": declarations} if declarations else None)
+        out_obj = make_bundle(objs, name=res.output.name)
         res.entries = [entry("hsaco", o.arch, o.code, o.cache_hit, _ms(o), [o.name]) for o in objs]
     elif linked:
         link_objs = [ObjectCode.from_file(p) for p in link]
+        # Merged once, from the compiles and the link inputs: each linked cubin carries the
+        # same names, but one from the cache carries what its first link was given.
+        symbols = merge_symbols([*objs, *link_objs])
         pieces = []
         for a in real:
             mine = [o for u, o in zip(units, objs) if u.arch == a]
@@ -136,8 +134,7 @@ def run_build(sources: Sequence[str | os.PathLike[str]], *, output: str | os.Pat
                       None if hit else ms, [o.name for o in mine] + [str(p) for p in link])
             e["linked"] = True
             res.entries.append(e)
-        out_obj = make_fatbin(pieces, compress=compress, name=res.output.name,
-                              symbols=_merged_symbols(objs))
+        out_obj = make_fatbin(pieces, compress=compress, name=res.output.name, symbols=symbols)
     else:
         out_obj = make_fatbin(objs, compress=compress, name=res.output.name)
         res.entries = [entry(o.kind, o.arch, o.code, o.cache_hit, _ms(o), [o.name]) for o in objs]
@@ -179,16 +176,6 @@ def _link_one(inputs: list, arch: str, lto: bool, cache: bool):
     result = kjit_link(inputs, arch=arch, backend="nvjitlink", lto=lto, cache=cache)
     return (result.with_(arch=arch, name=f"linked.{arch}"), result.cache_hit,
             round(result.wall_time_ms, 3))
-
-
-def _merged_symbols(objs: Sequence[Any]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for o in objs:
-        for k, v in o.symbols.items():
-            if out.setdefault(k, v) != v:
-                raise InvalidOptionError(
-                    f"name expression {k!r} lowers to {out[k]!r} for one arch and {v!r} for another")
-    return out
 
 
 def _ms(obj: Any) -> float | None:

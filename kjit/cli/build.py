@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 import click
 
 from ..build import COMPRESS_CHOICES, run_build
 from ..errors import KjitError
+from ..progress import Bar
 from .common import (check_build_archs, compile_flags, compile_options_from_cli, emit, fail,
                      human_size, json_option, kind_text, sidecar_option, utf8_only)
 
@@ -74,16 +74,13 @@ def build_cmd(sources, output, archs, ptx_archs, no_ptx, link_files, lto, name_e
               debug, max_registers, relocatable, extra, no_toolkit_headers, no_std_headers,
               no_nvcc_prelude, as_json):
     """Build SOURCES into one fatbin for many GPU architectures (no GPU needed)."""
-    show_bar = not as_json and sys.stderr.isatty()
     bar_box: list = []
 
     def progress(total: int):
-        if not show_bar or total < 2:
-            return lambda: None
-        bar = click.progressbar(length=total, label="compiling", file=sys.stderr)
-        bar.__enter__()
+        bar = Bar(total, "compiling", show=False if as_json else None)
+        bar.start()
         bar_box.append(bar)
-        return lambda: bar.update(1)
+        return bar.update
 
     from . import output as output_mod
     output_mod.check(output, [*sources, *link_files], as_json)
@@ -103,7 +100,7 @@ def build_cmd(sources, output, archs, ptx_archs, no_ptx, link_files, lto, name_e
         raise fail(exc)
     finally:
         for bar in bar_box:
-            bar.__exit__(None, None, None)
+            bar.close()
     for log in result.logs:
         click.echo(log, err=True)
     emit(result.summary(), as_json, _text, err=output_mod.summary_to_stderr(output))

@@ -8,14 +8,12 @@ jobs=1) compiles here: a single compile never pays for starting a worker.
 """
 from __future__ import annotations
 
-import os
 import queue
-import sys
 import threading
-import time
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import CompileError, InvalidOptionError, KjitError
+from ..progress import Bar
 from . import pool as pool_mod
 
 ITEM_KEYS = ("source", "arch", "target", "options", "name_expressions", "backend", "name", "cache")
@@ -211,8 +209,8 @@ def _prologue_groups(items: list, size: int) -> list[str | None]:
 
 
 class _Progress:
-    """Counts finished items for a callable, or draws a bar on a terminal (click's) once the
-    batch has run BAR_AFTER_S."""
+    """Counts finished items for a callable, or advances the bar (kjit.progress) that appears
+    on a terminal once the batch has run BAR_AFTER_S."""
 
     def __init__(self, total: int, progress: Any, on_result: Any = None,
                  results: list | None = None):
@@ -220,27 +218,13 @@ class _Progress:
         self.on_result, self.results = on_result, results
         self.callback_error: BaseException | None = None
         self.lock = threading.Lock()
-        self.t0 = time.monotonic()
-        self.bar: Any = None
-        self.ticker: threading.Timer | None = None
-        self.on_terminal = progress is not False and not callable(progress) and _stderr_tty()
+        # True shows it at once, still only on a terminal; a callable draws none
+        self.bar = Bar(total, "kjit: compiling", min_total=1,
+                       show=False if progress is False or callable(progress) else None,
+                       after_s=BAR_AFTER_S if progress is None else 0.0)
 
     def start(self) -> None:
-        if self.on_terminal and self.progress is None:   # appears once the batch runs long
-            self.ticker = threading.Timer(BAR_AFTER_S, self._show)
-            self.ticker.daemon = True
-            self.ticker.start()
-        elif self.on_terminal:
-            self._show()
-
-    def _show(self) -> None:
-        with self.lock:
-            if self.bar is None and self.count < self.total:
-                import click
-                self.bar = click.progressbar(length=self.total, label="kjit: compiling",
-                                             file=sys.stderr)
-                self.bar.__enter__()
-                self.bar.update(self.count)
+        self.bar.start()
 
     def done(self, miss: bool, index: int | None = None) -> None:
         if self.on_result is not None and index is not None:
@@ -253,23 +237,10 @@ class _Progress:
             self.count += 1
             if callable(self.progress):
                 self.progress(self.count, self.total)
-            if self.bar is not None:
-                self.bar.update(1)
+            self.bar.update(1)
 
     def close(self) -> None:
-        if self.ticker is not None:
-            self.ticker.cancel()
-        with self.lock:
-            if self.bar is not None:
-                self.bar.__exit__(None, None, None)
-                self.bar = None
-
-
-def _stderr_tty() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
+        self.bar.close()
 
 
 __all__ = ["compile_many", "CompileError"]

@@ -198,12 +198,12 @@ def _file_digest(path: Path) -> str:
 
 def _run(items: list[LinkInput], target: arch_mod.Arch, choice: Choice, options: LinkOptions,
          lto: bool, libraries: list[Path], auto: bool, *, may_need_devrt: bool) -> ObjectCode:
-    from . import driver, nvjitlink
-    from .driver import PtxTooNewForDriver
+    from . import culink, nvjitlink
+    from .culink import PtxTooNewForDriver
 
     def attempt(choice: Choice, libs: list[Path]):
         if choice.backend == "driver":
-            return driver.link(items, arch=target.sm, options=options, libraries=libs)
+            return culink.link(items, arch=target.sm, options=options, libraries=libs)
         return nvjitlink.link(items, arch=target.name, options=options, lto=lto, libraries=libs)
 
     try:
@@ -241,7 +241,7 @@ def _run(items: list[LinkInput], target: arch_mod.Arch, choice: Choice, options:
 def _driver_version_or_none(backend: str) -> int | None:
     if backend != "driver":
         return None
-    from .driver import version
+    from .culink import version
     return version()
 
 

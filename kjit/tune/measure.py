@@ -15,6 +15,7 @@ import threading
 from typing import Any, Sequence
 
 from ..errors import ArgumentError, DriverError, KjitError
+from ..progress import Bar
 from .candidates import Candidate, compile_candidates, limit_problem
 from .store import Transient, get_or_measure
 
@@ -93,7 +94,9 @@ class Measurer:
                 raise ArgumentError(f"a search strategy called measure() with a "
                                     f"{type(c).__name__}: give it some of the candidates it got")
         waiting = self._start(batch)
-        with _progress(self.tuner.progress, len(waiting), f"tuning {self.tuner.label}") as bar:
+        # with its position: candidates are few, and each takes a while to time
+        with Bar(len(waiting), f"tuning {self.tuner.label}", show=self.tuner.progress,
+                 show_pos=True) as bar:
             while waiting:
                 c, exc = self.ready.get()
                 if exc is not None:
@@ -186,24 +189,3 @@ def _first_lines(exc: BaseException, n: int = 6) -> str:
     lines = f"{type(exc).__name__}: {exc}".splitlines()
     errors = [ln.strip() for ln in lines[1:] if "error" in ln.lower()][:4]
     return "\n".join([lines[0], *errors] if errors else lines[:n])
-
-
-class _NoBar:
-    def __enter__(self) -> "_NoBar":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        pass
-
-    def update(self, n: int) -> None:
-        pass
-
-
-def _progress(wanted: bool | None, n: int, label: str) -> Any:
-    """A bar with an estimate on a terminal (stderr), only for more than one candidate."""
-    if wanted is False or n < 2 or not (wanted or sys.stderr.isatty()):
-        return _NoBar()
-    import click
-    return click.progressbar(length=n, label=label, file=sys.stderr, show_eta=True,
-                             show_pos=True)
-

@@ -4,7 +4,7 @@ PTX .version 9.5, newer than the CUDA 13.0 driver of the GPU machines accepts:
 from pathlib import Path
 
 import kjit
-from kjit.build.fatbin import make_fatbin
+from kjit.build.pack import make_fatbin
 
 HERE = Path(__file__).parent
 SRC = r'''

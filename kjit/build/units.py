@@ -1,4 +1,5 @@
-"""A build's compiles: one item per (source, arch, target), through kjit.compile_many.
+"""A build's compiles: one Unit per (source, arch, target), all sharing one SharedOptions,
+run through kjit.compile_many.
 
 compile_many asks the cache here first and compiles the misses in its worker processes
 (kjit.compiler.pool), which import this process's kjit; a rebuild whose compiles all hit
@@ -21,8 +22,8 @@ class Unit:
 
 
 @dataclass(frozen=True)
-class BuildCompiler:
-    """The options every compile of a build shares."""
+class SharedOptions:
+    """What every unit of a build compiles with: compile_many's arguments for all items."""
 
     options: Any
     name_expressions: tuple[str, ...]
@@ -30,12 +31,12 @@ class BuildCompiler:
     cache: bool
 
 
-def compile_units(units: Sequence[Unit], compiler: BuildCompiler, jobs: int,
+def compile_units(units: Sequence[Unit], shared: SharedOptions, jobs: int,
                   on_done: Callable[[], None] = lambda: None) -> list:
     """ObjectCode for each unit, in order; the first failing unit's error is raised."""
     from ..compiler.many import compile_many
     items = [{"source": u.source, "name": u.name, "arch": u.arch, "target": u.target}
              for u in units]
-    return compile_many(items, options=compiler.options, name_expressions=compiler.name_expressions,
-                        backend=compiler.backend, cache=compiler.cache, jobs=jobs,
+    return compile_many(items, options=shared.options, name_expressions=shared.name_expressions,
+                        backend=shared.backend, cache=shared.cache, jobs=jobs,
                         errors="raise", progress=lambda done, total: on_done())

@@ -1,4 +1,5 @@
-"""The driver backend: cuLinkCreate / cuLinkAddData / cuLinkAddFile / cuLinkComplete / cuLinkDestroy.
+"""The "driver" backend, the driver's own linker: cuLinkCreate / cuLinkAddData / cuLinkAddFile /
+cuLinkComplete / cuLinkDestroy.
 
 Needs a GPU (a current context). The JIT option arrays and the log bytearrays they point
 into are kept alive until cuLinkDestroy, the cubin (owned by the link state) is copied out
