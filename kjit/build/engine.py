@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..compiler.search import source_name
+from ..compiler import source_name
 from ..errors import InvalidOptionError
 from .archs import resolve_archs, resolve_ptx
 from .units import SharedOptions, Unit, compile_units
@@ -47,7 +47,7 @@ def run_build(sources: Sequence[str | os.PathLike[str]], *, output: str | os.Pat
     progress, if given, is called once with the number of compiles and must return a
     callable invoked after each compile. save(obj, path) writes the result (default: make
     the directory, then obj.save(path))."""
-    from ..compiler.options import CompileOptions
+    from ..compiler import CompileOptions
     from .pack import make_bundle, make_fatbin, merge_symbols
     from ..objectcode import ObjectCode
 
@@ -58,15 +58,15 @@ def run_build(sources: Sequence[str | os.PathLike[str]], *, output: str | os.Pat
     options = options or CompileOptions()
     if jobs is not None and jobs < 1:
         raise InvalidOptionError(f"--jobs must be at least 1, got {jobs}")
-    from ..compiler.pool import pool_size
+    from ..compiler import pool_size
     jobs = pool_size(jobs)   # --jobs, else $KJIT_COMPILE_JOBS, else this process's cores
     exprs = tuple(name_expressions)
     linked = len(paths) > 1 or bool(link) or lto
     if exprs and len(paths) > 1:
         raise InvalidOptionError("--name-expression works with one source file: the template "
                                  "must be instantiated in the source that defines it")
-    from ..compiler import source_text
-    texts = [source_text.read(p) for p in paths]
+    from ..compiler import read_source
+    texts = [read_source(p) for p in paths]
     result_notes: list[str] = []
 
     if backend == "hip":
@@ -149,7 +149,7 @@ def _sizes_as_stored(entries: list[dict], container: Any) -> None:
     """Report each entry as the output holds it, read back with the reader `kjit inspect`
     uses: nvFatbin strips PTX comments and whitespace, and compression changes what is
     stored, so the compiler's own sizes would disagree with the file."""
-    from ..formats.fatbin import entries as read_entries
+    from ..formats import fatbin_entries as read_entries
     stored = [e for e in read_entries(container.code, container.kind) if e.kind != "host"]
     if container.kind == "hipfb":  # written in order, one per compiled code object
         pairs = list(zip(entries, stored))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from ..errors import InvalidOptionError
-from ..formats.fatbin import FatbinInput, write_fatbin
+from ..formats import FatbinInput, write_fatbin
 from ..objectcode import ObjectCode, merge_declarations
 
 
@@ -49,7 +49,7 @@ def make_bundle(objects: Iterable[ObjectCode], *, name: str,
                 symbols: Mapping[str, str] | None = None) -> ObjectCode:
     """An ObjectCode of kind "hipfb" holding one AMD code object per gfx target, in order;
     symbols as for make_fatbin."""
-    from ..formats.bundle import write_bundle
+    from ..formats import write_bundle
     objects = list(objects)
     code = write_bundle([(o.arch, o.code) for o in objects])
     declarations = merge_declarations(o.declarations for o in objects)

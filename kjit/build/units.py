@@ -34,7 +34,7 @@ class SharedOptions:
 def compile_units(units: Sequence[Unit], shared: SharedOptions, jobs: int,
                   on_done: Callable[[], None] = lambda: None) -> list:
     """ObjectCode for each unit, in order; the first failing unit's error is raised."""
-    from ..compiler.many import compile_many
+    from ..compiler import compile_many
     items = [{"source": u.source, "name": u.name, "arch": u.arch, "target": u.target}
              for u in units]
     return compile_many(items, options=shared.options, name_expressions=shared.name_expressions,
