@@ -183,7 +183,7 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
         k = self._by_context.get((ctx, driver.context_epoch(ctx))) if ctx else None
         if k is None:
             k = self.kernel()
-        if ctx and ctx == k._ctx:
+        if ctx and ctx == k.context_address:
             self._by_current[ctx] = k
         return k[config]
 

@@ -76,7 +76,7 @@ def test_a_learned_tensor_launch_never_enters_the_python_launcher(monkeypatch):
     in C: the Python launcher (which would read the framework stream in Python) is not run,
     and every tensor a kernel must not get still reaches it, to be refused by name."""
     torch = pytest.importorskip("torch")
-    from kjit.runtime import launchers
+    from kjit.runtime import kernel as kernel_mod
     k = kjit.load(kjit.compile(AXPY)).get_function("axpy")
     x, y = torch.ones(256, device="cuda"), torch.zeros(256, device="cuda")
     launch = k[2, 128]
@@ -86,8 +86,8 @@ def test_a_learned_tensor_launch_never_enters_the_python_launcher(monkeypatch):
     launch(1.0, p, y, 256)   # and torch.nn.Parameter
     torch.cuda.synchronize()
     entered = []
-    real = launchers.framework_stream
-    monkeypatch.setattr(launchers, "framework_stream", lambda *a: entered.append(1) or real(*a))
+    real = kernel_mod.framework_stream
+    monkeypatch.setattr(kernel_mod, "framework_stream", lambda *a: entered.append(1) or real(*a))
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         for _ in range(10):

@@ -33,7 +33,7 @@ def test_gpu_kernels_launch_through_the_c_call_when_built():
     pytest.importorskip("kjit.runtime._launch", reason="C launch call not built here")
     k = kjit.load(kjit.compile('extern "C" __global__ void f(int* p) { p[threadIdx.x] = threadIdx.x; }')
                   ).get_function("f")
-    assert k._c_launch is not None
+    assert k.c_launch is not None
     out = kjit.zeros(32, np.int32)
     launcher = k[1, 32]
     assert type(launcher).__name__ == "Launcher"   # pack and launch in one C call

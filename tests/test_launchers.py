@@ -1,4 +1,5 @@
-"""A launcher built from a kernel's parts (kjit/runtime/launchers.py), run on the CPU with a
+"""A launcher built from a kernel's parts (kjit/runtime/kernel.py's `build` over the
+`Launchable` protocol), run on the CPU with a
 stand-in launch call: what reaches the driver (the packed buffer, the stream, the grid) and
 what is refused before it, through the C launcher's Python form and the Python form alone."""
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from kjit.errors import ArgumentError
-from kjit.runtime import launchers, stream as stream_mod
+from kjit.runtime import kernel as kernel_mod, stream as stream_mod
 from kjit.runtime.cdecl import parse_signatures
 from kjit.runtime.libcuda import c_function
 from kjit.runtime.memory import DeviceArray
@@ -46,28 +47,30 @@ def _kernel(pack):
                       struct.unpack_from(packer.format, buf.raw)))
         return 0
 
+    # a Launchable: every name the launch builders read, nothing more
     k = SimpleNamespace(
-        name="k", device=0, handle=0x99, params=tuple(packer.slots), _packer=packer, _buf=buf,
-        _buf_addr=ctypes.addressof(buf), _ptrs_addr=addr, _owner=threading.get_ident(),
-        _current=lambda: 1, _ctx=1, _ctx_cell=ctypes.c_uint64(1), _c_launch=launch, _launch_elsewhere=None,
-        _launch_failed=None, _finish=lambda pending, s: None)
-    return k, packer.filler(buf, pack), calls
+        name="k", device=0, handle=0x99, params=tuple(packer.slots), packer=packer,
+        fill=packer.filler(buf, pack), buffer_address=ctypes.addressof(buf), params_address=addr,
+        owner_thread=threading.get_ident(), context_address=1, context_cell=ctypes.c_uint64(1),
+        c_launch=launch, current_context=lambda: 1, launcher_for=None, launch_elsewhere=None,
+        _buf=buf)
+    return k, calls
 
 
 @pytest.mark.parametrize("pack", [c_function("pack"), None], ids=["c packer", "python"])
 def test_a_launcher_packs_every_argument_and_launches_once(pack, monkeypatch):
-    k, fill, calls = _kernel(pack)
+    k, calls = _kernel(pack)
     x = DeviceArray(4, np.float32, ptr=0x7000, device=0)
     y = DeviceArray(4, np.float32, ptr=0x8000, device=0)
-    run = launchers.build(k, fill, (2, 1, 1, 32, 1, 1), 16, None, (2, 32), launchers.AUTO_STREAM)
+    run = kernel_mod.build(k, (2, 1, 1, 32, 1, 1), 16, None, (2, 32), kernel_mod.AUTO_STREAM)
     run(2.5, x, y, 7)
-    assert calls == [(0x99, (2, 1, 1, 32, 1, 1), 16, 0, k._ptrs_addr, (2.5, 0x7000, 0x8000, 7))]
+    assert calls == [(0x99, (2, 1, 1, 32, 1, 1), 16, 0, k.params_address, (2.5, 0x7000, 0x8000, 7))]
     # a framework's array: its current stream, read per launch
     monkeypatch.setattr(stream_mod, "current_stream", lambda kind, device: 0x10)
     run(1.0, CupyLike(0x5000), y, 3)
     assert calls[-1][3] == 0x10 and calls[-1][5] == (1.0, 0x5000, 0x8000, 3)
     # a named stream is kept whatever the arrays
-    named = launchers.build(k, fill, (1, 1, 1, 1, 1, 1), 0, 0x20, (1, 1, 0x20), 0)
+    named = kernel_mod.build(k, (1, 1, 1, 1, 1, 1), 0, 0x20, (1, 1, 0x20), 0)
     named(1.0, CupyLike(0x5000), y, 3)
     assert calls[-1][3] == 0x20
     # refused before anything is launched, naming the parameter
@@ -83,12 +86,12 @@ def test_a_launcher_packs_every_argument_and_launches_once(pack, monkeypatch):
 def test_the_c_launcher_is_the_fast_form_only_where_c_packs_everything():
     if c_function("launcher") is None:
         pytest.skip("the C extension (kjit/runtime/_launch.c) is not built")
-    k, fill, _ = _kernel(c_function("pack"))
-    run = launchers.build(k, fill, (1, 1, 1, 1, 1, 1), 0, None, (1, 1), launchers.AUTO_STREAM)
+    k, _ = _kernel(c_function("pack"))
+    run = kernel_mod.build(k, (1, 1, 1, 1, 1, 1), 0, None, (1, 1), kernel_mod.AUTO_STREAM)
     assert type(run).__name__ == "Launcher"
     sig = parse_signatures('extern "C" __global__ void k(float4 v, int n) {}')["k"]
-    k._packer = Packer("k", layout([p.ctype for p in sig.params], [p.name for p in sig.params], None), 0)
-    run = launchers.build(k, fill, (1, 1, 1, 1, 1, 1), 0, None, (1, 1), launchers.AUTO_STREAM)
+    k.packer = Packer("k", layout([p.ctype for p in sig.params], [p.name for p in sig.params], None), 0)
+    run = kernel_mod.build(k, (1, 1, 1, 1, 1, 1), 0, None, (1, 1), kernel_mod.AUTO_STREAM)
     assert type(run).__name__ == "function"
 
 
@@ -98,11 +101,11 @@ def test_the_c_packers_spec_is_made_once_per_kernel(monkeypatch):
     seen = []
     kind = Packer.c_kind
     monkeypatch.setattr(Packer, "c_kind", lambda self, slot: seen.append(slot) or kind(self, slot))
-    k, fill, _ = _kernel(c_function("pack"))
+    k, _ = _kernel(c_function("pack"))
     for g in range(1, 6):
-        launchers.build(k, fill, (g, 1, 1, 32, 1, 1), 0, None, (g, 32), launchers.AUTO_STREAM)
-        assert k._packer.python_slots == () and k._packer.c_spec()[1][1] is not None
-    assert len(seen) == len(k._packer.slots)
+        kernel_mod.build(k, (g, 1, 1, 32, 1, 1), 0, None, (g, 32), kernel_mod.AUTO_STREAM)
+        assert k.packer.python_slots == () and k.packer.c_spec()[1][1] is not None
+    assert len(seen) == len(k.packer.slots)
 
 
 def test_a_kernel_whose_context_was_destroyed_never_launches_its_dead_handle(monkeypatch):
@@ -110,7 +113,6 @@ def test_a_kernel_whose_context_was_destroyed_never_launches_its_dead_handle(mon
     # old one, and every launcher of it (cached, or held by the caller), must then hand each
     # launch to the module's kernel loaded in the new context, never launch its dead handle.
     from kjit import driver
-    from kjit.runtime import kernel as kernel_mod
     monkeypatch.setattr(kernel_mod, "c_launch", lambda: None)   # the Python launch path here
     sig = parse_signatures(SRC)["k"]
     slots = layout([p.ctype for p in sig.params], [p.name for p in sig.params], None)
@@ -128,8 +130,8 @@ def test_a_kernel_whose_context_was_destroyed_never_launches_its_dead_handle(mon
 
     def make(handle):
         k = kernel_mod.Kernel(Module(), handle, "k", "k", slots, 0, ctx)
-        k._current = lambda: ctx
-        k._c_launch = lambda func, *rest: launched.append(func) or 0
+        k.current_context = lambda: ctx
+        k.c_launch = lambda func, *rest: launched.append(func) or 0
         return k
 
     old = make(0x99)

@@ -198,7 +198,7 @@ def test_dynamo_skips_kjit_whichever_is_imported_first(order):
         "from kjit.decorator import KernelFunction",
         "f = inspect.getsourcefile(kjit.runtime.kernel)",
         "print(trace_rules.check_file(f).skipped, trace_rules.check_file(",
-        "      inspect.getsourcefile(kjit.runtime.launchers)).skipped,",
+        "      inspect.getsourcefile(kjit.runtime.params)).skipped,",
         "      getattr(Kernel.__getitem__, '_torchdynamo_disable', False),",
         "      getattr(KernelFunction.__getitem__, '_torchdynamo_disable', False))"])
     root = str(Path(kjit.__file__).parents[1])

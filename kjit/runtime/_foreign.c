@@ -74,9 +74,13 @@ typedef int32_t (*shim_i32_fn)(void*, int32_t*);
 typedef int32_t (*shim_i64_fn)(void*, int64_t*);
 typedef int32_t (*shim_bool_fn)(void*, bool*);
 typedef int32_t (*shim_stream_fn)(int32_t, void**);
-/* the readers, in torch_shim._READERS's order */
+/* the readers, in torch_shim._READERS's order: their names, exposed as SHIM_READERS, let a
+ * test check that order */
 enum { S_DATA_PTR, S_DTYPE, S_DEVICE_TYPE, S_DEVICE_INDEX, S_LAYOUT, S_IS_CONTIGUOUS, S_NUMEL,
        S_STORAGE_SIZE, S_STORAGE_OFFSET, N_READERS };
+static const char* const reader_names[N_READERS] = {
+    "get_data_ptr", "get_dtype", "get_device_type", "get_device_index", "get_layout",
+    "is_contiguous", "get_numel", "get_storage_size", "get_storage_offset"};
 static struct {
     void* fn[N_READERS];
     shim_stream_fn stream;   /* NULL: the registered Python getter */
@@ -405,11 +409,24 @@ int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, i
     return ft->kind;
 }
 
-int kjit_foreign_init(void) {
+int kjit_foreign_init(PyObject* module) {
     for (int i = 0; i < N_ACCESSORS; i++)
         if (!(accessor_strs[i] = PyUnicode_InternFromString(accessor_names[i]))) return -1;
     s_device_id = PyUnicode_InternFromString("device_id");
     s_ptr = PyUnicode_InternFromString("ptr");
     empty_tuple = PyTuple_New(0);
-    return s_device_id && s_ptr && empty_tuple ? 0 : -1;
+    if (!s_device_id || !s_ptr || !empty_tuple) return -1;
+    /* the numbers and order Python mirrors (stream.TORCH and CUPY, torch_shim._READERS) */
+    PyObject* readers = PyTuple_New(N_READERS);
+    if (!readers) return -1;
+    for (int i = 0; i < N_READERS; i++) {
+        PyObject* name = PyUnicode_FromString(reader_names[i]);
+        if (!name) { Py_DECREF(readers); return -1; }
+        PyTuple_SET_ITEM(readers, i, name);
+    }
+    int added = PyModule_AddObjectRef(module, "SHIM_READERS", readers);
+    Py_DECREF(readers);
+    if (added < 0) return -1;
+    return PyModule_AddIntConstant(module, "FOREIGN_TORCH", FOREIGN_TORCH) < 0 ||
+           PyModule_AddIntConstant(module, "FOREIGN_CUPY", FOREIGN_CUPY) < 0 ? -1 : 0;
 }

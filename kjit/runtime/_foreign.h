@@ -6,7 +6,7 @@
 #include <Python.h>
 
 enum { FOREIGN_TORCH = 1, FOREIGN_CUPY = 2 };
-int kjit_foreign_init(void);
+int kjit_foreign_init(PyObject* module);   /* adds the constants Python mirrors to `module` */
 PyObject* kjit_register_foreign(PyObject* self, PyObject* const* a, Py_ssize_t nargs);
 PyObject* kjit_register_torch_shim(PyObject* self, PyObject* const* a, Py_ssize_t nargs);
 PyObject* kjit_register_stream(PyObject* self, PyObject* const* a, Py_ssize_t nargs);

@@ -128,7 +128,8 @@ static PyObject* graph_launch(PyObject* self, PyObject* const* args, Py_ssize_t 
     return PyLong_FromLong(r);
 }
 
-/* Kinds of the pack spec (kjit/runtime/params.py, Packer.c_spec, keeps the same numbers). */
+/* Kinds of the pack spec (kjit/runtime/params.py, Packer.c_spec, uses the same numbers: the
+ * module exposes these, and tests/test_c_constants.py checks one against the other). */
 enum { K_PYTHON = 0, K_I8 = 1, K_U8, K_I16, K_U16, K_I32, K_U32, K_I64, K_U64,
        K_F32 = 10, K_F64 = 11, K_ARRAY = 20, K_ARRAY_BITS = 21 };   /* 21: token (type, bits) */
 
@@ -249,7 +250,8 @@ static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
  * While another context is current, a kernel with array parameters (L_HAS_ARRAYS) whose
  * arrays all matched their tokens, so all live on this kernel's device, launches here with
  * its context pushed for the call, as a PyTorch operator runs on its tensors' device. */
-enum { L_AUTO_STREAM = 1, L_GRAD_OK = 2, L_HAS_ARRAYS = 4 };
+enum { L_AUTO_STREAM = 1, L_GRAD_OK = 2, L_HAS_ARRAYS = 4 };   /* kernel.py's, checked as above */
+#define NO_CONTEXT UINT64_MAX   /* a destroyed context's cell (kernel.py's NO_CONTEXT) */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -282,7 +284,7 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
         return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
     /* another context current: only a launch its arrays tie to this device stays in C */
     int elsewhere = (uint64_t)(uintptr_t)current != *L->ctx;
-    if (elsewhere && (!(L->flags & L_HAS_ARRAYS) || *L->ctx == UINT64_MAX))
+    if (elsewhere && (!(L->flags & L_HAS_ARRAYS) || *L->ctx == NO_CONTEXT))
         return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
     int seen = 0;
     Py_ssize_t r = pack_args(PyBytes_AS_STRING(L->spec), nargs, L->tokens, args, L->buf,
@@ -426,15 +428,31 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_launch", NULL, -1, methods};
 
+/* The numbers Python writes for this file to read, as module constants: a CPU test
+ * (tests/test_c_constants.py) checks each against the Python name that mirrors it. */
+static int add_constants(PyObject* m) {
+    static const struct { const char* name; long value; } numbers[] = {
+        {"K_PYTHON", K_PYTHON}, {"K_I8", K_I8}, {"K_U8", K_U8}, {"K_I16", K_I16}, {"K_U16", K_U16},
+        {"K_I32", K_I32}, {"K_U32", K_U32}, {"K_I64", K_I64}, {"K_U64", K_U64}, {"K_F32", K_F32},
+        {"K_F64", K_F64}, {"K_ARRAY", K_ARRAY}, {"K_ARRAY_BITS", K_ARRAY_BITS},
+        {"L_AUTO_STREAM", L_AUTO_STREAM}, {"L_GRAD_OK", L_GRAD_OK}, {"L_HAS_ARRAYS", L_HAS_ARRAYS},
+    };
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
+        if (PyModule_AddIntConstant(m, numbers[i].name, numbers[i].value) < 0) return -1;
+    PyObject* none = PyLong_FromUnsignedLongLong(NO_CONTEXT);
+    int r = none ? PyModule_AddObjectRef(m, "NO_CONTEXT", none) : -1;
+    Py_XDECREF(none);
+    return r;
+}
+
 PyMODINIT_FUNC PyInit__launch(void) {
     s_launch_key = PyUnicode_InternFromString("launch_key");
     s_ptr = PyUnicode_InternFromString("ptr");
     if (!s_launch_key || !s_ptr) return NULL;
-    if (kjit_foreign_init() < 0) return NULL;
     if (PyType_Ready(&LauncherType) < 0) return NULL;
     PyObject* m = PyModule_Create(&module);
     if (!m) return NULL;
-    if (kjit_tables_init(m) < 0) {
+    if (kjit_foreign_init(m) < 0 || kjit_tables_init(m) < 0 || add_constants(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -346,7 +346,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "kjit.runtime._xla",
 
 PyMODINIT_FUNC PyInit__xla(void) {
     PyObject* m = PyModule_Create(&module);
-    /* the plan table's bound, for jax_ffi to refuse a wider kernel by name */
-    if (m && PyModule_AddIntConstant(m, "MAX_PARAMS", MAX_PARAMS) < 0) { Py_DECREF(m); return NULL; }
+    /* the plan table's bound, for jax_ffi to refuse a wider kernel by name; the plan's kinds,
+     * which jax_ffi mirrors (tests/test_c_constants.py checks them) */
+    if (m && (PyModule_AddIntConstant(m, "MAX_PARAMS", MAX_PARAMS) < 0 ||
+              PyModule_AddIntConstant(m, "P_ARG", P_ARG) < 0 ||
+              PyModule_AddIntConstant(m, "P_RET", P_RET) < 0 ||
+              PyModule_AddIntConstant(m, "P_SCALAR", P_SCALAR) < 0)) { Py_DECREF(m); return NULL; }
     return m;
 }

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 from .. import driver
 from ..errors import ArgumentError, KjitError
 from .kernel import Kernel, kernel_for_handle
-from .launch_ex import _dim3
+from .dims import dim3
 from .libcuda import c_function, current_context_fn
 from .memory import _HostTransfer
 from .capture import thread_capture
@@ -42,8 +42,8 @@ class KernelNode:
         self._params: Any = None   # its CUDA_KERNEL_NODE_PARAMS, made on first use
         self._dirty = False        # updated since the graph (not its executable) last heard
         if kernel is not None:     # one buffer per node, reused: the driver copies the values
-            self._buf, self._ptrs, self._addr = kernel._packer.new_buffers()
-            self._fill = kernel._packer.filler(self._buf, c_function("pack"))
+            self._buf, self._ptrs, self._addr = kernel.packer.new_buffers()
+            self._fill = kernel.packer.filler(self._buf, c_function("pack"))
 
     @property
     def name(self) -> str:
@@ -58,9 +58,9 @@ class KernelNode:
         self._pack(args)
         p = self._params
         if grid is not None:
-            self.grid = p.gridDimX, p.gridDimY, p.gridDimZ = _dim3(grid, "grid")
+            self.grid = p.gridDimX, p.gridDimY, p.gridDimZ = dim3(grid, "grid")
         if block is not None:
-            self.block = p.blockDimX, p.blockDimY, p.blockDimZ = _dim3(block, "block")
+            self.block = p.blockDimX, p.blockDimY, p.blockDimZ = dim3(block, "block")
         if shared_mem is not None:
             kernel._check_shared(shared_mem)
             self.shared_mem = p.sharedMemBytes = shared_mem
@@ -68,7 +68,7 @@ class KernelNode:
         graph = self.graph
         if graph._exec is None:
             return
-        if kernel._current() == graph._ctx:
+        if kernel.current_context() == graph._ctx:
             (err,) = _exec_set(graph._exec, self.handle, p)
         else:
             with driver.context_pushed(graph.context):
@@ -169,7 +169,7 @@ class Graph:
         last node added, so nodes added one by one run in order)."""
         kernel = _kernel_on(kernel, self)
         kernel._check_shared(shared_mem)
-        node = KernelNode(self, None, kernel, _dim3(grid, "grid"), _dim3(block, "block"),
+        node = KernelNode(self, None, kernel, dim3(grid, "grid"), dim3(block, "block"),
                           shared_mem)
         node._pack(args)
         deps = [n.handle for n in (after if isinstance(after, list) else [after])] \
@@ -264,7 +264,7 @@ def _kernel_on(kernel: Any, graph: Graph) -> Kernel:
     an @kjit.kernel function (or of a Kernel's module) loaded there."""
     with driver.context_pushed(graph.context):
         if isinstance(kernel, Kernel):
-            return kernel if kernel._ctx == int(graph.context) else \
+            return kernel if kernel.context_address == int(graph.context) else \
                 kernel.module.get_function(kernel.name)
         getter = getattr(kernel, "kernel", None)
         if callable(getter):

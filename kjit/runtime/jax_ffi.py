@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import KjitError
 
 TARGET = "kjit_launch"
-P_ARG, P_RET, P_SCALAR = 0, 1, 2   # the plan's kinds, as _xla.c numbers them
+P_ARG, P_RET, P_SCALAR = 0, 1, 2   # the plan's kinds, as _xla.c numbers them (tests/test_c_constants.py)
 KNOWN_MAJOR = 0                    # the FFI ABI _xla.c declares (API 0.x, x >= 1)
 
 _lock = threading.Lock()
@@ -145,7 +145,7 @@ class Plan:
             for ordinal in ordinals:
                 if ordinal not in self._loaded:
                     k = kernel_on(self.target, ordinal)
-                    ext.set_function(self.index, int(k._ctx), int(k.handle))
+                    ext.set_function(self.index, k.context_address, int(k.handle))
                     self._loaded.add(ordinal)
 
 

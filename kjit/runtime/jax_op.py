@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple
 
 from ..errors import ArgumentError, KjitError
 from . import dtypes, jax_ffi, scalars
-from .launch_ex import _dim3
+from .dims import dim3
 from .slots import SCALAR_FORMATS, ParamSlot, check_outputs, pointer_role
 from .torch_op import _signature_of
 
@@ -115,7 +115,7 @@ class JaxOp:
                     f"({', '.join(names)}) returning one; got {spec!r}")
         if not isinstance(shared_mem, int) or isinstance(shared_mem, bool) or not 0 <= shared_mem < 2**32:
             raise ArgumentError(f"shared_mem must be a byte count, got {shared_mem!r}")
-        self.block = _dim3(block, "block") if not callable(block) else block
+        self.block = dim3(block, "block") if not callable(block) else block
         self.grid, self.shared_mem, self.specs, self.ndim, self.vmap = grid, shared_mem, outputs, ndim, vmap
         self._jitted: dict[tuple, Callable] = {}
         kinds, wheres, offset = [], [], 0
@@ -231,7 +231,7 @@ class JaxOp:
         call_args = [shapes[p.name] if p.kind != "output" else out_types[self.outputs.index(p)]
                      for p in self.params]
         grid = self._grid(call_args)
-        block = _dim3(self.block(*call_args), "block") if callable(self.block) else self.block
+        block = dim3(self.block(*call_args), "block") if callable(self.block) else self.block
         blob = bytearray(self._scalar_bytes)
         for p, off in zip((p for p in self.params if p.kind == "scalar"), range(0, 1 << 30, 8)):
             fmt = "<" + SCALAR_FORMATS[(p.slot.ctype.kind, p.slot.ctype.size)]   # type: ignore[union-attr]
@@ -285,7 +285,7 @@ class JaxOp:
                 shapes = {p.name: a for p, a in zip(self.params, call_args)}
                 raise ArgumentError(f"kernel {self.kernel}: the grid function refused the "
                                     f"arguments ({_shapes(shapes)}): {exc}") from None
-        return _dim3(grid, f"kernel {self.kernel}: the grid")
+        return dim3(grid, f"kernel {self.kernel}: the grid")
 
 
 MAX_JITTED = 256   # jitted functions an op keeps (distinct static scalar values)

@@ -1,8 +1,14 @@
-"""Kernels: attributes, occupancy, and the launch path.
+"""Kernels and their launches: a loaded kernel (attributes, occupancy), and how one launch
+configuration, `k[grid, block]`, becomes a callable that packs and launches.
 
-`k[grid, block](*args)` returns a launcher cached per configuration (`launchers.build`): a
-launch packs all arguments into the kernel's buffer, whose void** array the driver reads,
-then calls cuLaunchKernel.
+`k[grid, block]` is looked up in C (`_launch.KernelBase`, kjit/runtime/_tables.c); a miss
+calls `Kernel._configure`, which checks the configuration and builds its launcher (`build`)
+from the kernel's parts, named by the `Launchable` protocol. When the C packer writes every
+parameter, the launcher is a `_launch.Launcher` (kjit/runtime/_launch.c): one C call packs
+into the kernel's buffer, whose void** array the driver reads, and calls cuLaunchKernel. It
+hands anything else (another thread or context, an argument it declines, every error) to the
+Python launcher built from the same parts. `Kernel.launch(cooperative=, cluster=)` goes
+through cuLaunchKernelEx instead.
 
 A Kernel is loaded in one context (one device). The context current in the launching thread
 decides where a launch runs: while another one is current (torch.cuda.device(1),
@@ -15,25 +21,34 @@ stream runs on the current stream of the framework whose arrays it receives
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 import weakref
-from typing import Any, Callable, NamedTuple
+from operator import itemgetter
+from typing import Any, Callable, NamedTuple, Protocol
 
 from .. import driver
 from ..errors import ArgumentError, DriverError
 from . import context as context_mod
+from . import torch_compile
+from .dims import dim3
 from .libcuda import c_function, current_context_fn, extension
-from . import launchers, torch_compile
-from .launch_ex import _dim3, launch_ex
-from .launchers import AUTO_STREAM, GRAD_OK, launch_call
-from .memory import PendingCopies
-from .params import Packer, ParamSlot
-from .pointers import arguments_device
+from .memory import DeviceArray, PendingCopies
+from .params import K_ARRAY, K_ARRAY_BITS, Packer, ParamSlot
+from .pointers import arguments_device, detach_grads
 from .stream import (OPERATOR_STREAM, as_handle, capture_hint, check_stream_context,
                      framework_stream, stream_owner)
 
 DEFAULT_SHARED_LIMIT = 48 * 1024
 _MAX_CONFIGS = 512
+# Launcher flags; the C launcher's L_* (kjit/runtime/_launch.c), checked against these by
+# tests/test_c_constants.py. AUTO_STREAM: no stream given, the arrays' framework's current
+# one; GRAD_OK: tensors that require grad are taken (an operator runs below autograd);
+# HAS_ARRAYS: its arrays say which device a launch is for.
+AUTO_STREAM, GRAD_OK, HAS_ARRAYS = 1, 2, 4
+# A destroyed context's address in a kernel (`context_address`, `context_cell`): never a
+# context's, nor 0 (no context current). _launch.c's NO_CONTEXT, checked as above.
+NO_CONTEXT = 2**64 - 1
 
 
 def c_launch() -> Callable[..., int] | None:
@@ -94,11 +109,51 @@ class LaunchConfig(NamedTuple):
     shared_mem: int = 0
 
 
+class Launchable(Protocol):
+    """What a launcher is built from (`build`): a loaded kernel's parts, read once per
+    configuration. Per launch, the Python launcher reads `context_address` alone and the C
+    one `context_cell`, both NO_CONTEXT once kjit destroyed the context. `Kernel` is one;
+    tests build launchers from stand-ins."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def device(self) -> int: ...
+    @property
+    def handle(self) -> Any: ...                  # the CUfunction
+    @property
+    def params(self) -> tuple[ParamSlot, ...]: ...
+    @property
+    def packer(self) -> Packer: ...               # layout, the C packer's spec, count errors
+    @property
+    def fill(self) -> Callable[[tuple, list], None]: ...   # packs into the kernel's buffer
+    @property
+    def buffer_address(self) -> int: ...          # that buffer
+    @property
+    def params_address(self) -> int: ...          # its void** array: cuLaunchKernel's kernelParams
+    @property
+    def owner_thread(self) -> int: ...            # the thread whose launches use that buffer
+    @property
+    def context_address(self) -> int: ...
+    @property
+    def context_cell(self) -> ctypes.c_uint64: ...
+    @property
+    def c_launch(self) -> Callable[..., int] | None: ...   # _launch.launch; None: cuda.bindings
+    @property
+    def current_context(self) -> Callable[[], int]: ...    # cuCtxGetCurrent's answer as an int
+
+    # this configuration's launcher on the device the arguments' arrays are on
+    def launcher_for(self, args: tuple, config: Any) -> Callable[..., None]: ...
+
+    # a launch from another thread than owner_thread, or while another context is current
+    def launch_elsewhere(self, args: tuple, config: Any, dims: tuple, shared: int,
+                         stream: Any) -> None: ...
+
+
 # Kernels by the address of their context. When kjit destroys a context, its kernels forget
 # it (`Kernel._context_destroyed`): the driver may put a new context at the same address, and
 # the launchers compare addresses only.
 _kernels_by_context: dict[int, "weakref.WeakSet[Kernel]"] = {}
-_NO_CONTEXT = 2**64 - 1   # never a context's address, nor 0 (no context current)
 
 
 # Kernels by the address of their CUfunction: what a captured graph node launches
@@ -123,7 +178,7 @@ def wrong_stream_device(kernel: str, device: int, stream_device: int) -> str:
 
 def _current_in(kernel: "Kernel", run: Callable[[], Any]) -> Any:
     """run() with the kernel's context current: as it is, or pushed for the call."""
-    if kernel._current() == kernel._ctx:
+    if kernel.current_context() == kernel.context_address:
         return run()
     with driver.context_pushed(kernel.context):
         return run()
@@ -151,23 +206,24 @@ class Kernel(_KernelBase):
         self.symbol = symbol
         self.device = device
         self.context = context
-        self._ctx = int(context)
-        self._ctx_cell = ctypes.c_uint64(self._ctx)   # the C launchers read it per launch
+        # The Launchable parts: plain attributes, so a launch reads them at no extra cost
+        self.context_address = int(context)
+        self.context_cell = ctypes.c_uint64(self.context_address)   # C launchers read it per launch
         self._epoch = driver.context_epoch(context)
-        _kernels_by_context.setdefault(self._ctx, weakref.WeakSet()).add(self)
+        _kernels_by_context.setdefault(self.context_address, weakref.WeakSet()).add(self)
         _kernels_by_handle[int(handle)] = self
         self.params = tuple(slots)
-        self._packer = Packer(name, slots, device)
-        self._buf, self._ptrs, self._ptrs_addr = self._packer.new_buffers()
-        self._buf_addr = ctypes.addressof(self._buf)
-        self._owner = threading.get_ident()
+        self.packer = Packer(name, slots, device)
+        self._buf, self._ptrs, self.params_address = self.packer.new_buffers()
+        self.buffer_address = ctypes.addressof(self._buf)
+        self.owner_thread = threading.get_ident()
         self._configs: dict[Any, Callable] = {}
         self._shared_limit = DEFAULT_SHARED_LIMIT
-        self._c_launch = c_launch()
-        self._current = current_context_fn()
+        self.c_launch = c_launch()
+        self.current_context = current_context_fn()
         # the packing step every configuration's launcher shares (this kernel's buffer); with
         # KJIT_LAUNCH=bindings, or no C extension, Python alone packs as well as launches
-        self._fill = self._packer.filler(self._buf, c_function("pack") if self._c_launch else None)
+        self.fill = self.packer.filler(self._buf, c_function("pack") if self.c_launch else None)
         self._attributes: Attributes | None = None
 
     # --- introspection ----------------------------------------------------------------
@@ -242,18 +298,18 @@ class Kernel(_KernelBase):
             return launcher
         if owner is here and here is not self:   # another device is current: its kernel
             return here[config]                  # configures (and caches) it
-        grid, block = _dim3(config[0], "grid"), _dim3(config[1], "block")
+        grid, block = dim3(config[0], "grid"), dim3(config[1], "block")
         flags = AUTO_STREAM | GRAD_OK if given is OPERATOR_STREAM else \
             AUTO_STREAM if given is None else 0
         stream = None   # none given: the arrays' framework's current stream, per launch
         if not flags:
             stream = as_handle(given)
-            check_stream_context(stream, self._ctx, self.device, self.name)
+            check_stream_context(stream, self.context_address, self.device, self.name)
             # the C launch call takes the stream as a plain int handle
-            stream = int(stream) if self._c_launch else stream
+            stream = int(stream) if self.c_launch else stream
         shared = config[3] if len(config) > 3 else 0
         self._check_shared(shared)
-        launcher = launchers.build(self, self._fill, (*grid, *block), shared, stream, config, flags)
+        launcher = build(self, (*grid, *block), shared, stream, config, flags)
         self._cache_launcher(config, launcher)
         return launcher
 
@@ -267,10 +323,10 @@ class Kernel(_KernelBase):
 
     def _context_destroyed(self) -> None:
         """kjit destroyed this kernel's context: its handle is dead. Every launcher of it,
-        cached or held, hands each launch over (`_launch_elsewhere`) to the module's kernel
+        cached or held, hands each launch over (`launch_elsewhere`) to the module's kernel
         in the context then current, loaded there on first use."""
-        self._ctx = _NO_CONTEXT
-        self._ctx_cell.value = _NO_CONTEXT
+        self.context_address = NO_CONTEXT
+        self.context_cell.value = NO_CONTEXT
         self._configs.clear()
 
     def _check_shared(self, shared: Any) -> None:
@@ -292,13 +348,61 @@ class Kernel(_KernelBase):
                 launcher = None
             (launcher or self._configure(config))(*args)
             return
-        self._launch_ex(_dim3(grid, "grid"), _dim3(block, "block"), args, shared_mem,
-                        stream, cooperative, cluster)
-
-    def _launch_ex(self, grid, block, args, shared_mem, stream, cooperative, cluster) -> None:
+        grid, block = dim3(grid, "grid"), dim3(block, "block")
         here = self._for_arguments(args, stream)
-        _current_in(here, lambda: launch_ex(here, grid, block, args, shared_mem, stream,
-                                            cooperative, cluster))
+        _current_in(here, lambda: here._launch_ex(grid, block, args, shared_mem, stream,
+                                                  cooperative, cluster))
+
+    def _launch_ex(self, grid: tuple, block: tuple, args: tuple, shared_mem: int, stream: Any,
+                   cooperative: bool, cluster: Any) -> None:
+        """Launch through cuLaunchKernelEx, with launch attributes, this kernel's context
+        current: the same argument packing and stream rules as `k[grid, block](...)`."""
+        stream = as_handle(framework_stream(args, self.device, self.name) if stream is None
+                           else stream)
+        check_stream_context(stream, self.context_address, self.device, self.name)
+        drv = driver.bindings()
+        self._check_shared(shared_mem)
+        dev = driver.call(drv.cuDeviceGet, self.device)
+        attrs = []
+        if cooperative:
+            if not driver.call(drv.cuDeviceGetAttribute,
+                               drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, dev):
+                raise ArgumentError(f"device {self.device} does not support cooperative launch")
+            per_sm = self.max_active_blocks(block[0] * block[1] * block[2], shared_mem)
+            sms = driver.call(drv.cuDeviceGetAttribute,
+                              drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)
+            if grid[0] * grid[1] * grid[2] > per_sm * sms:
+                raise ArgumentError(
+                    f"cooperative launch of {grid[0] * grid[1] * grid[2]} blocks exceeds the "
+                    f"{per_sm * sms} that can be resident at once on device {self.device}")
+            a = drv.CUlaunchAttribute()
+            a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            a.value.cooperative = 1
+            attrs.append(a)
+        if cluster is not None:
+            cdims = dim3(cluster, "cluster")
+            if not driver.call(drv.cuDeviceGetAttribute,
+                               drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, dev):
+                raise ArgumentError(f"device {self.device} does not support thread-block clusters")
+            if any(g % c for g, c in zip(grid, cdims)):
+                raise ArgumentError(f"grid {grid} is not a multiple of the cluster shape {cdims}")
+            a = drv.CUlaunchAttribute()
+            a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cdims
+            attrs.append(a)
+        cfg = drv.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+        cfg.sharedMemBytes = shared_mem
+        cfg.hStream = stream
+        cfg.attrs = attrs
+        cfg.numAttrs = len(attrs)
+        buf, ptrs, addr, pending = self._pack_slow(args, stream)
+        context_mod.last_launch[0] = self.name
+        (err,) = drv.cuLaunchKernelEx(cfg, self.handle, addr, 0)
+        if err:
+            launch_failed(self, err, (*grid, *block), shared_mem, stream, pending)
+        finish_copies(self.name, pending, stream)
 
     def as_torch_op(self, name: str, *, grid: Any, block: Any, shared_mem: int = 0,
                     outputs: dict[str, Any] | None = None) -> Any:
@@ -322,8 +426,8 @@ class Kernel(_KernelBase):
         """Fresh buffers filled by the careful converters: for a launch off the kernel's
         first thread, which must not share its buffer."""
         pending = PendingCopies(stream)
-        buf, ptrs, addr = self._packer.new_buffers()
-        self._packer.careful(buf, args, pending)
+        buf, ptrs, addr = self.packer.new_buffers()
+        self.packer.careful(buf, args, pending)
         return buf, ptrs, addr, pending
 
     # --- launches off the fast path -----------------------------------------------------
@@ -331,15 +435,15 @@ class Kernel(_KernelBase):
         """This kernel if its context is the one current in this thread (a thread with none
         gets its default device's, as for any kjit call), else the module's kernel of the
         same name there, loaded on first use."""
-        current = self._current() or int(driver.ensure_context())
-        if current == self._ctx and driver.context_epoch(current) == self._epoch:
+        current = self.current_context() or int(driver.ensure_context())
+        if current == self.context_address and driver.context_epoch(current) == self._epoch:
             return self
         return self.module.get_function(self.name)
 
     def _twin_on(self, device: int) -> "Kernel":
         """The module's kernel of this name in device `device`'s primary context."""
-        if device == self.device and self._ctx != _NO_CONTEXT and \
-                int(driver.primary_context(device)) == self._ctx:
+        if device == self.device and self.context_address != NO_CONTEXT and \
+                int(driver.primary_context(device)) == self.context_address:
             return self
         with driver.context_pushed(driver.primary_context(device)):
             return self.module.get_function(self.name)
@@ -351,7 +455,7 @@ class Kernel(_KernelBase):
         if given is None or given is OPERATOR_STREAM:
             return here
         owner = stream_owner(as_handle(given))
-        if owner is None or owner == here._ctx:
+        if owner is None or owner == here.context_address:
             return here
         device = driver.context_device(owner)
         if device is None or int(driver.primary_context(device)) != owner:
@@ -376,55 +480,174 @@ class Kernel(_KernelBase):
                 return here
         return self._twin_on(device)
 
-    def _launch_elsewhere(self, args, config, gx, gy, gz, bx, by, bz, shmem, stream) -> None:
-        """A launch the fast path handed over: on another device than this kernel's or while
+    # --- the Launchable callbacks ---------------------------------------------------------
+    def launcher_for(self, args: tuple, config: Any) -> Callable[..., None]:
+        """This configuration's launcher in the kernel these arguments' arrays route the launch
+        to (on their device), configured in that kernel's context."""
+        given = config[2] if isinstance(config, tuple) and len(config) > 2 else None
+        target = self._for_arguments(args, given)
+        with driver.context_pushed(target.context):
+            return target[config]
+
+    def launch_elsewhere(self, args: tuple, config: Any, dims: tuple, shared: int,
+                         stream: Any) -> None:
+        """A launch a launcher handed over: on another device than this kernel's or while
         another context is current (routed by its arguments), or from a thread other than the
         kernel's first (per-call buffers)."""
         given = config[2] if isinstance(config, tuple) and len(config) > 2 else None
         here = self._for_arguments(args, given)
         if here is not self:
             return _current_in(here, lambda: here[config](*args))
-        _current_in(self, lambda: self._launch_with_own_buffers(args, gx, gy, gz, bx, by, bz,
-                                                                shmem, stream))
+        _current_in(self, lambda: self._launch_with_own_buffers(args, dims, shared, stream))
 
-    def _launch_with_own_buffers(self, args, gx, gy, gz, bx, by, bz, shmem, stream) -> None:
+    def _launch_with_own_buffers(self, args: tuple, dims: tuple, shared: int, stream: Any) -> None:
         if stream is None:
             stream = framework_stream(args, self.device, self.name)
-            stream = stream if self._c_launch else as_handle(stream)
+            stream = stream if self.c_launch else as_handle(stream)
         buf, ptrs, addr, pending = self._pack_slow(args, stream)
         context_mod.last_launch[0] = self.name
         call, func = launch_call(self)
-        err = call(func, gx, gy, gz, bx, by, bz, shmem, int(stream) if self._c_launch else stream, addr)
+        err = call(func, *dims, shared, int(stream) if self.c_launch else stream, addr)
         if err:
-            self._launch_failed(err, gx, gy, gz, bx, by, bz, shmem, stream, addr, pending)
-        self._finish(pending, stream)
+            launch_failed(self, err, dims, shared, stream, pending)
+        finish_copies(self.name, pending, stream)
 
-    def _launch_failed(self, err, gx, gy, gz, bx, by, bz, shmem, stream, params,
-                       pending: PendingCopies | None = None) -> None:
-        if pending is not None:
-            pending.clear()  # nothing ran: no Out copies to make, now or at a later launch
-        try:
-            driver.raise_for(err, f"cuLaunchKernel({self.name})")
-        except DriverError as exc:
-            exc.hint = "\n".join(filter(None, [
-                f"kernel {self.name!r} on device {self.device}, grid=({gx}, {gy}, {gz}), "
-                f"block=({bx}, {by}, {bz}), shared_mem={shmem}", capture_hint(err, stream),
-                exc.hint]))
-            raise
 
-    def _finish(self, pending: PendingCopies, stream: Any) -> None:
-        """Copy Out/InOut host arrays back once the launch has completed."""
-        if not pending:
-            return
+def launch_failed(kernel: Launchable, err: int, dims: tuple, shared: int, stream: Any,
+                  pending: PendingCopies | None = None) -> None:
+    """Raise the DriverError of a failed launch, naming the kernel and its configuration."""
+    if pending is not None:
+        pending.clear()  # nothing ran: no Out copies to make, now or at a later launch
+    gx, gy, gz, bx, by, bz = dims
+    try:
+        driver.raise_for(err, f"cuLaunchKernel({kernel.name})")
+    except DriverError as exc:
+        exc.hint = "\n".join(filter(None, [
+            f"kernel {kernel.name!r} on device {kernel.device}, grid=({gx}, {gy}, {gz}), "
+            f"block=({bx}, {by}, {bz}), shared_mem={shared}", capture_hint(err, stream),
+            exc.hint]))
+        raise
+
+
+def finish_copies(kernel_name: str, pending: PendingCopies, stream: Any) -> None:
+    """Copy Out/InOut host arrays back once the launch has completed."""
+    if not pending:
+        return
+    try:
+        drv = driver.bindings()
+        (err,) = drv.cuStreamSynchronize(as_handle(stream))
+        if err:
+            context_mod.raise_async(err, f"cuStreamSynchronize after {kernel_name}")
+        for host, dev in pending:
+            host.finish(dev)
+    finally:
+        pending.clear()
+
+
+# --- launchers: one configuration as a callable -------------------------------------------
+def build(kernel: Launchable, dims: tuple, shared: int, stream: Any, config: Any,
+          flags: int) -> Callable[..., None]:
+    """The launcher of one configuration: grid and block `dims` (six ints), dynamic shared
+    memory, a stream (None: the arrays' framework's current stream, read per launch)."""
+    pending = PendingCopies(stream)   # this configuration's In/Out copies
+    make = c_function("launcher") if kernel.c_launch is not None else None
+    fronted = make is not None and not kernel.packer.python_slots
+    launch = torch_compile.launch_entry(_python_launcher(kernel, dims, shared, stream, config,
+                                                         flags, pending, fronted))
+    if not fronted:
+        return launch
+    spec, tokens = kernel.packer.c_spec()
+    if any(kind in (K_ARRAY, K_ARRAY_BITS) for kind, _offset in struct.iter_unpack("<ii", spec)):
+        flags |= HAS_ARRAYS
+
+    def failed(err: int, s: int) -> None:
+        launch_failed(kernel, err, dims, shared, s, pending)
+    return make(launch, failed, spec, tokens, DeviceArray, context_mod.last_launch, kernel.name,
+                kernel.buffer_address, int(kernel.handle), stream or 0, kernel.params_address,
+                *dims, shared, kernel.owner_thread, kernel.context_cell, flags, kernel.device)
+
+
+def _python_launcher(kernel: Launchable, dims: tuple, shared: int, stream: Any, config: Any,
+                     flags: int, pending: PendingCopies, fronted: bool) -> Callable[..., None]:
+    """The launch in Python. `fronted`: a C launcher runs first and hands this one only what
+    it declines, such as arrays of another device, so those are routed before packing."""
+    gx, gy, gz, bx, by, bz = dims
+    owner, current, name, device = kernel.owner_thread, kernel.current_context, kernel.name, kernel.device
+    params, n, count_error = kernel.params_address, len(kernel.params), kernel.packer.count_error
+    arrays = _picker(kernel.packer.pointer_indices, n)   # where a framework's array may be
+    fill, elsewhere, slots = kernel.fill, kernel.launch_elsewhere, kernel.params
+    call, func = launch_call(kernel)
+    bindings, grad_ok = kernel.c_launch is None, flags & GRAD_OK
+    last, get_ident = context_mod.last_launch, threading.get_ident
+    routes: dict[int, Callable[..., None]] = {}   # device -> this configuration's launcher there
+
+    def route(args: tuple) -> Callable[..., None] | None:
+        """This configuration's launcher on the device of the arguments' arrays where that is
+        another device (made once per device), else None; arrays on two devices, or on
+        another device than a stream given, are refused, naming them."""
+        there = arguments_device(name, slots, args)
+        if there is None or there == device:
+            return None
+        routed = routes.get(there)
+        if routed is None:
+            routed = routes[there] = kernel.launcher_for(args, config)
+        return routed
+
+    def launch(*args: Any) -> None:
+        if len(args) != n:
+            raise count_error(len(args))
+        if grad_ok:
+            args = detach_grads(args)
+        if fronted:
+            routed = route(args)
+            if routed is not None:
+                return routed(*args)
+        # the kernel's context, read per launch: once destroyed, it is none (a new context
+        # at the same address is another context, where the module is loaded again)
+        if get_ident() != owner or current() != kernel.context_address:
+            return elsewhere(args, config, dims, shared, stream)
+        s = stream
+        if s is None:
+            s = framework_stream(arrays(args), device, name)
+            s = as_handle(s) if bindings else s
+        pending.stream = s
         try:
-            drv = driver.bindings()
-            (err,) = drv.cuStreamSynchronize(as_handle(stream))
-            if err:
-                context_mod.raise_async(err, f"cuStreamSynchronize after {self.name}")
-            for host, dev in pending:
-                host.finish(dev)
-        finally:
+            fill(args, pending)
+        except ArgumentError:
             pending.clear()
+            routed = route(args)   # arrays of another device: the launch belongs there
+            if routed is None:
+                raise
+            return routed(*args)
+        last[0] = name
+        err = call(func, gx, gy, gz, bx, by, bz, shared, s, params)
+        if err:
+            launch_failed(kernel, err, dims, shared, s, pending)
+        if pending:
+            finish_copies(name, pending, s)
+    return launch
+
+
+def launch_call(kernel: Launchable) -> tuple[Callable[..., int], Any]:
+    """(call, function): `call(function, gx, gy, gz, bx, by, bz, shared, stream, params)`
+    launches and returns the driver's result code, through the C extension or cuda.bindings."""
+    if kernel.c_launch is not None:
+        return kernel.c_launch, int(kernel.handle)
+    cu_launch = driver.bindings().cuLaunchKernel
+
+    def call(func: Any, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int,
+             s: Any, params: int) -> Any:
+        return cu_launch(func, gx, gy, gz, bx, by, bz, shared, s, params, 0)[0]
+    return call, kernel.handle
+
+
+def _picker(indices: tuple[int, ...], n: int) -> Callable[[tuple], tuple]:
+    """A C-level function taking those items of an n-tuple, as a tuple."""
+    if len(indices) == n:
+        return tuple   # all of them: the arguments themselves
+    if len(indices) == 1:
+        return itemgetter(slice(indices[0], indices[0] + 1))
+    return itemgetter(*indices) if indices else itemgetter(slice(0, 0))
 
 
 if _KernelBase is not _PyKernelBase:

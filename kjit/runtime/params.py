@@ -25,6 +25,12 @@ from .slots import ParamSlot, layout, slot_format
 
 __all__ = ["ParamSlot", "Packer", "convert", "layout", "ptr", "slot_format"]
 
+# The C packer's kinds that are not a number's (kjit/runtime/_launch.c's K_PYTHON, K_ARRAY and
+# K_ARRAY_BITS; tests/test_c_constants.py checks them): a slot only Python converts, a typed
+# pointer (its token: the arrays it takes), a pointer to bfloat16 or a float8 (its own
+# token and its bits')
+K_PYTHON, K_ARRAY, K_ARRAY_BITS = 0, 20, 21
+
 
 def convert(slot: ParamSlot, value: Any, device: int, pending: list) -> Any:
     """The packable value for one argument, or ArgumentError saying what is wrong."""
@@ -76,7 +82,8 @@ class Packer:
         arr = (ctypes.c_void_p * max(len(self.slots), 1))(*[base + s.offset for s in self.slots])
         return buf, arr, ctypes.addressof(arr)
 
-    # kinds of the C packer (kjit/runtime/_launch.c); 0: a slot only Python converts
+    # kinds of the C packer by (C kind, size): _launch.c's K_I8..K_F64, which
+    # tests/test_c_constants.py checks against these
     _C_KINDS = {("int", 1): 1, ("uint", 1): 2, ("int", 2): 3, ("uint", 2): 4, ("int", 4): 5,
                 ("uint", 4): 6, ("int", 8): 7, ("uint", 8): 8, ("float", 4): 10, ("float", 8): 11}
 
@@ -86,9 +93,9 @@ class Packer:
         if c is not None and c.kind == "pointer" and c.typestr is not None:
             bits = dtypes.BITS.get(c.typestr)
             if bits is not None:   # kjit arrays of its bits are written too
-                return 21, (launch_key(c.typestr, self.device), launch_key(bits, self.device))
-            return 20, launch_key(c.typestr, self.device)
-        return (self._C_KINDS.get((c.kind, c.size), 0) if c is not None else 0), None
+                return K_ARRAY_BITS, (launch_key(c.typestr, self.device), launch_key(bits, self.device))
+            return K_ARRAY, launch_key(c.typestr, self.device)
+        return (self._C_KINDS.get((c.kind, c.size), K_PYTHON) if c is not None else K_PYTHON), None
 
     @functools.cached_property
     def _c_kinds(self) -> tuple[tuple[int, tuple | None], ...]:
@@ -111,7 +118,7 @@ class Packer:
     @functools.cached_property
     def python_slots(self) -> tuple[ParamSlot, ...]:
         """The slots the C packer leaves to Python; none: the C launcher can launch alone."""
-        return tuple(s for s, (kind, _) in zip(self.slots, self._c_kinds) if kind == 0)
+        return tuple(s for s, (kind, _) in zip(self.slots, self._c_kinds) if kind == K_PYTHON)
 
     @functools.cached_property
     def pointer_indices(self) -> tuple[int, ...]:

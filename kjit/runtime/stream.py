@@ -215,7 +215,8 @@ class _OperatorStream:
 OPERATOR_STREAM = _OperatorStream()
 
 # Array frameworks whose current stream a launch follows, by the top-level package of the
-# array's type; the C launcher (kjit/runtime/_launch.c) keeps the same numbers.
+# array's type; the C launcher's FOREIGN_TORCH and FOREIGN_CUPY (kjit/runtime/_foreign.h),
+# checked against these by tests/test_c_constants.py.
 TORCH, CUPY = 1, 2
 FRAMEWORKS = {"torch": TORCH, "cupy": CUPY}
 _kind_by_type: dict[type, int] = {}

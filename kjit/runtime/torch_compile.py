@@ -7,7 +7,7 @@ compile. So, without importing torch:
 - kjit's package directory is added to Dynamo's skip list as soon as Dynamo is imported (an
   import hook waits for it): a kjit function met while tracing is a graph break and runs
   eagerly, and no kjit frame is ever compiled. Launchers are closures defined in kjit's
-  modules (kjit/runtime/launchers.py), so the same rule covers them.
+  modules (kjit/runtime/kernel.py), so the same rule covers them.
 - Every launch entry point (`k[...]`, `f[...]`, `.launch`, a configured launcher) is marked
   the way `torch.compiler.disable(reason=...)` marks a function, so the graph break (or the
   fullgraph=True error) says what to do instead: make the kernel an operator
