@@ -12,7 +12,7 @@ from kjit.families import installed_family
 
 
 def import_cupy():
-    cp = import_cupy()
+    cp = pytest.importorskip("cupy")
     family = installed_family()
     built = cp.cuda.runtime.runtimeGetVersion() // 1000
     if family and family[0] != built:
