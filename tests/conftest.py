@@ -88,7 +88,7 @@ def _header_edits_are_settled(monkeypatch):
     A header changed within the file system's clock tick of a compile's start is not trusted
     to key it (docs/headers.md), so here the tick is taken as zero; the tests of that rule
     (test_observe_changes.py) ask for the real one."""
-    from kjit.compiler import snapshot
+    from kjit.compiler.keys import snapshot
     monkeypatch.setattr(snapshot, "timestamp_granularity", lambda: 0.0)
 
 

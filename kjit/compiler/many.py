@@ -110,7 +110,7 @@ def _item(i: int, it: Any, common: dict) -> tuple[dict, Any]:
 
 def _probe(kw: dict) -> Any:
     """The cache's answer for one item, or None on a miss (nothing compiled here)."""
-    from .api import compile as kjit_compile
+    from .cached import compile as kjit_compile
     from .nvrtc import Deferred, deferring
     if kw["backend"] != "cuda":
         return None   # hiprtc has no deferral: its workers ask the cache
@@ -126,7 +126,7 @@ def _probe(kw: dict) -> Any:
 
 
 def _here(kw: dict) -> Any:
-    from .api import compile as kjit_compile
+    from .cached import compile as kjit_compile
     try:
         return kjit_compile(**kw)
     except KjitError as exc:

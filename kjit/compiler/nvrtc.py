@@ -8,10 +8,11 @@ import time
 from typing import Any, Sequence
 
 from ..errors import KjitError
-from . import observe, pch, sigkeep
+from . import pch, sigkeep
+from .keys import observe
 from .diagnostics import compile_error
 from .options import CompileOptions, nvrtc_flags
-from .search import SearchPath
+from .include_path import SearchPath
 
 
 class Deferred(BaseException):
@@ -69,7 +70,7 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
                    name_expressions: Sequence[str] = (), search: Any = None,
                    sources_dir: str | None = None) -> tuple[bytes, str, dict[str, str], float]:
     """Compile with NVRTC. Returns (code, log, lowered names, milliseconds). `search`: the
-    compile's SearchPath (compiler/search.py): its in-memory headers and toolkit directories.
+    compile's SearchPath (compiler/include_path.py): its in-memory headers and toolkit directories.
     `sources_dir`: where the source and its in-memory headers are kept, for the line
     table to name (compiler/kept.py).
     A fork waits for it, program made to program destroyed (forkgate.py)."""
@@ -107,7 +108,7 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
                         (err,) = nvrtc.nvrtcAddNameExpression(prog, expr.encode())
                         _check(err, f"nvrtcAddNameExpression({expr!r})")
                     all_flags = [f.encode() for f in (use.flags if use else []) + flags]  # PCH's first
-                    # what it reads keys the cache (observe.py)
+                    # what it reads keys the cache (keys/observe.py)
                     # NVRTC 12's first compile re-installs SIGINT with SA_RESTART (sigkeep.py)
                     with observe.recording("cuda", name, ignore=use.ignore if use else (), anchored=anchored), \
                             sigkeep.kept(version()[0] < 13):

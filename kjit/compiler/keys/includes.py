@@ -5,7 +5,7 @@ cached at all, because this scan is a guess: it misses macros defined under #if,
 comments inside directives, split -X flags, symlinks followed by .., __has_include of a
 macro.
 
-The scan follows the search order of search.py (in-memory headers, then the including
+The scan follows the search order of include_path.py (in-memory headers, then the including
 file's directory for "quoted" names, with the main source's name's directory for the main
 source, then the include directories in order, the toolkit's last), ignores #if (a superset
 of what was read), and follows `#include MACRO` only through simple `#define MACRO "file.h"`
@@ -26,8 +26,8 @@ import re
 import stat as stat_mod
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from ..hashing import sha256
-from .search import SearchPath, extra_include_dirs
+from ...hashing import sha256
+from ..include_path import SearchPath, extra_include_dirs
 from .snapshot import Snapshot, file_sig, is_racy
 
 

@@ -1,13 +1,13 @@
 """kjit.compile: make the request, derive its key, look it up or compile.
 
-The key (compiler/key.py) covers everything that can change the output, including every file
-the compiler read. What it read is observed, not guessed (compiler/observe.py): a miss
+The key (compiler/keys/) covers everything that can change the output, including every file
+the compiler read. What it read is observed, not guessed (compiler/keys/observe.py): a miss
 compiles with the compiler's file calls recorded, keys the result by the files it opened and
 remembers, in a manifest filed under everything known before compiling (ccache's direct
-mode, compiler/manifest.py), the Snapshot of those files and of every path it looked for and
+mode, compiler/keys/manifest.py), the Snapshot of those files and of every path it looked for and
 did not find. A later lookup checks that Snapshot (stats; a re-read only on change) to find
 the key without compiling; in process the key is memoised by the call's arguments and
-trusted while change notification (compiler/watch.py) reports nothing. A result whose inputs
+trusted while change notification (compiler/keys/watch.py) reports nothing. A result whose inputs
 changed while it was compiled is returned, never stored. Where the compiler cannot be
 observed (the C extension is not built, KJIT_OBSERVE=0), a compile that could read a header
 is not cached (said once per process); one that cannot is keyed by the request alone.
@@ -28,9 +28,10 @@ from ..cache import Made, bypass, creation_lock, enabled_by_env, lookup_hashed, 
 from ..errors import InvalidOptionError
 from ..settings import switch_on
 from ..objectcode import ObjectCode
-from . import includes, manifest, search
-from .key import ENV_WATCHED, NAMESPACE, Described, HeadersChanged, NotObserved, Observed, manifest_key
-from .key import env_get as _env_get, watch_env
+from .keys import includes, manifest
+from . import include_path
+from .keys.description import ENV_WATCHED, NAMESPACE, Described, HeadersChanged, NotObserved, Observed
+from .keys.description import env_get as _env_get, watch_env
 from .options import CompileOptions, leaks_state
 from .request import BACKENDS, CompileRequest, make_request
 
@@ -83,7 +84,7 @@ def compile(source: str, *, arch=None, target: str | None = None,
         req = _request or make_request(source, arch=arch, target=target, options=options,
                                        name_expressions=name_expressions, backend=backend,
                                        name=name)
-        path = search.for_options(req.options, req.backend)
+        path = include_path.for_options(req.options, req.backend)
         if req.sources_dir is not None:
             _keep(req)
         return bypass(NAMESPACE, partial(compile_uncached, req, path), req.name)
@@ -105,7 +106,7 @@ def compile(source: str, *, arch=None, target: str | None = None,
 
     req = _request or make_request(source, arch=arch, target=target, options=options,
                                    name_expressions=name_expressions, backend=backend, name=name)
-    path = search.for_options(req.options, req.backend)
+    path = include_path.for_options(req.options, req.backend)
     if req.sources_dir is not None:   # before compiling: a hit's binary names them too
         _keep(req)
     for _ in range(_RETRIES):
@@ -144,9 +145,9 @@ def compile_key(source: str, **kwargs: Any) -> str:
     when no manifest holds it (its manifest is kept, its binary is not). A source that does
     not compile has no observed key: its scanned one is returned."""
     from ..errors import CompileError
-    from .snapshot import timestamp_granularity
+    from .keys.snapshot import timestamp_granularity
     req = make_request(source, **kwargs)
-    path = search.for_options(req.options, req.backend)
+    path = include_path.for_options(req.options, req.backend)
     for _ in range(_RETRIES):
         try:
             keyed = _derive_key(req, path)
@@ -158,19 +159,19 @@ def compile_key(source: str, **kwargs: Any) -> str:
     return _scanned_key(Described(req, path)).key
 
 
-def compile_uncached(req: CompileRequest, path: search.SearchPath | None = None,
+def compile_uncached(req: CompileRequest, path: include_path.SearchPath | None = None,
                      job: Described | None = None) -> ObjectCode:
     """Run the compiler for a validated request, searching includes along `path` (default:
-    the request's search.for_options); `job`: the request's key descriptions, whose options
+    the request's include_path.for_options); `job`: the request's key descriptions, whose options
     description the metadata reuses; an Observed one records what the compiler read. The
     compiler's modules (and the regexes declarations are scanned with) load only here."""
     from . import declarations
-    from .identity import compiler_version
+    from .keys.identity import compiler_version
     if path is None:
-        path = search.for_options(req.options, req.backend)
+        path = include_path.for_options(req.options, req.backend)
     recording: Any = contextlib.nullcontext([])
     if isinstance(job, Observed):
-        from . import observe
+        from .keys import observe
         job.started, recording = time.time(), observe.collecting()
     with recording as seen:
         if req.backend == "hip":
@@ -228,7 +229,7 @@ def _file_then_release(publish: Callable[[], None] | None, held: Any, stored: bo
         held.release()
 
 
-def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
+def _derive_key(req: CompileRequest, path: include_path.SearchPath) -> Keyed:
     """The key from the manifest of what this request's compile read, else by compiling it
     observed (once across processes: the others wait, then read its manifest). Where
     compiles cannot be observed, only a compile that reads no header has a key
@@ -243,7 +244,7 @@ def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
     if found is None:
         # the compile's modules load before the lock, whose holder opens the cache databases
         # on a helper thread: that thread's Python then runs beside NVRTC, not beside these
-        from . import portable, snapshot  # noqa: F401
+        from .keys import portable, snapshot  # noqa: F401
         if req.backend == "cuda":
             from . import nvrtc
             if not nvrtc.deferring.get():
@@ -253,7 +254,7 @@ def _derive_key(req: CompileRequest, path: search.SearchPath) -> Keyed:
                 driver.start_init(context=False)
         with creation_lock("manifest-" + prekey):
             found = manifest.lookup(prekey)
-            from . import portable  # a manifest miss only: a disk hit never loads it
+            from .keys import portable  # a manifest miss only: a disk hit never loads it
             held = None   # the cluster's lease on this kernel's record (portable.claim)
             if found is None:  # another install's or node's record, checked here
                 record = job.portable_key()
@@ -301,7 +302,7 @@ def _unobserved_key(d: Described, compiled: ObjectCode | None = None) -> Keyed:
     #import anywhere in its text, in-memory headers, include directories or include flags)
     raises includes.NotKeyed (carrying `compiled`, a binary made already): kjit does not
     guess which files a compile reads (docs/headers.md)."""
-    from .snapshot import Snapshot
+    from .keys.snapshot import Snapshot
     req = d.req
     if isinstance(d, Observed):   # its compiles would be observed: these are not
         d = d.unobserved()
@@ -336,7 +337,7 @@ def _scanned_key(d: Described) -> Keyed:
 
 
 def _observer() -> Any:
-    from . import observe  # a manifest miss only: a disk hit never loads it
+    from .keys import observe  # a manifest miss only: a disk hit never loads it
     return observe
 
 
@@ -390,7 +391,7 @@ _watch_mod: Any = None
 def _watch() -> Any:
     global _watch_mod
     if _watch_mod is None:  # loaded once: an import statement per call costs microseconds
-        from . import watch
+        from .keys import watch
         _watch_mod = watch
     return _watch_mod
 
@@ -408,7 +409,7 @@ def _signature(source: Any, arch: Any, target: Any, backend: Any, name: Any, exp
                options: Any) -> tuple | None:
     """The call's arguments as a memo key, or None if one is unhashable (validation then says
     what is wrong). CompileOptions' dicts are mutable, so they are copied as tuples."""
-    # every variable the cache keys or a compile of this process read (key.watch_env): a
+    # every variable the cache keys or a compile of this process read (description.watch_env): a
     # call after one changed is another call (the list only grows: an older entry's
     # signature is shorter, never matched again)
     env_sig = tuple(map(_env_get, ENV_WATCHED.get(backend, ())))
