@@ -201,7 +201,7 @@ def _observation_cost(runs: int = 5) -> dict:
         return {"observation": f"unavailable: {observe.describe()['reason']}"}
     req = make_request(HEADERS_SOURCE, arch="sm_90")
     with observe.collecting() as seen:
-        cached.compile_uncached(req)                     # hooks installed
+        cached.compile_uncached(req)                  # hooks installed
     plain, observed, hashing = [], [], []
     for _ in range(runs):
         t0 = time.perf_counter()

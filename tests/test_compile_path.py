@@ -88,7 +88,7 @@ def test_the_search_path_is_worked_out_once_per_miss(tmp_path, monkeypatch, obse
     assert kjit.compile(src, arch="sm_90", target="ptx", **kw).cache_hit is False
     assert len(calls) == 1
     kjit.cache.clear()
-    cached._memo.clear()                                      # as a fresh process: keyed anew
+    cached._memo.clear()                                   # as a fresh process: keyed anew
     assert kjit.compile(src, arch="sm_90", target="ptx", **kw).cache_hit is False
     assert len(calls) == 2
 
@@ -197,6 +197,33 @@ def test_compile_many_validates_each_item_once(tmp_path, monkeypatch):
     assert [o.cache_hit for o in objs] == [False, False, None]
     assert sorted(made) == sorted(sources)
     made.clear()
-    cached._memo.clear()                                      # hits found by deriving the key again
+    cached._memo.clear()                                   # hits found by deriving the key again
     assert [o.cache_hit for o in kjit.compile_many(sources[:2], arch="sm_90", target="ptx")] == [True, True]
     assert sorted(made) == sorted(sources[:2])
+
+
+@pytest.mark.parametrize("cache", [True, False], ids=["cached", "uncached"])
+def test_the_arch_is_resolved_once(tmp_path, monkeypatch, cache):
+    """kjit.compile(arch=None) asks for the device's arch once; the request takes it as it is."""
+    from kjit import arch
+    monkeypatch.setenv("KJIT_ARCH", "sm_90")
+    monkeypatch.setattr(arch, "device_arch", lambda: None)   # no device: $KJIT_ARCH decides
+    real, asked = arch.resolve, []
+
+    def counting(given, backend="cuda"):
+        asked.append(given)
+        return real(given, backend)
+    monkeypatch.setattr(arch, "resolve", counting)
+    obj = kjit.compile(KERNEL.replace("VAL", f"{len(tmp_path.name)}.25f"), cache=cache)
+    assert obj.arch == "sm_90"
+    assert [a for a in asked if not isinstance(a, arch.Arch)] == [None]
+
+
+def test_the_compile_path_knows_nothing_of_compile_many():
+    """compile_many defers a compile through the seam the compile path offers
+    (cached.before_compile); its own names stay in many.py."""
+    import kjit.compiler as package
+    root = Path(package.__file__).parent
+    naming = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                    if any(w in p.read_text() for w in ("Deferred", "deferring")))
+    assert naming == ["many.py"]

@@ -2,26 +2,17 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import time
 from typing import Any, Sequence
 
 from ..errors import KjitError
 from . import pch, sigkeep
-from .keys import observe
 from .diagnostics import compile_error
-from .options import CompileOptions, nvrtc_flags
 from .include_path import SearchPath
+from .keys import observe
+from .options import CompileOptions, nvrtc_flags
 
-
-class Deferred(BaseException):
-    """Raised instead of compiling while `deferring` is set: kjit.compile_many asks the
-    cache in the parent and hands the misses to its worker processes. A BaseException, so
-    no `except Exception` on the way takes it for a failed compile."""
-
-
-deferring: contextvars.ContextVar[bool] = contextvars.ContextVar("kjit_nvrtc_deferring", default=False)
 
 
 @functools.lru_cache(maxsize=None)
@@ -76,8 +67,6 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
     A fork waits for it, program made to program destroyed (forkgate.py)."""
     from .forkgate import compiling
     with compiling():
-        if deferring.get():
-            raise Deferred()
         from .facts import loaded_nvrtc
         nvrtc = loaded_nvrtc()
 

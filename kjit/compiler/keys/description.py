@@ -74,6 +74,24 @@ class NotObserved(Exception):
     """The compiler's file calls could not be observed in this process after all."""
 
 
+class UnresolvedInclude(Exception):
+    """An #include whose target kjit cannot work out (a computed include, includes.py)."""
+
+
+class NotKeyed(UnresolvedInclude):
+    """A compile that may read headers, where the compiler cannot be observed: it runs
+    uncached (kjit's include scan would be a guess: macros, digraphs, comments in
+    directives, split flags, symlinks with .., __has_include of a macro all defeat it)."""
+
+    def __init__(self, reason: str, why: str):
+        super().__init__(
+            f"kjit does not cache compiles that may read headers in this process ({why}, as "
+            f"this one does): {reason}, and without it kjit cannot tell which files a compile "
+            "reads. Build kjit's C extension (reinstall kjit where a C compiler is found) and "
+            "leave KJIT_OBSERVE on to cache them; compiles without headers are still cached")
+        self.reason, self.why = reason, why
+
+
 def describe(req: Any, res: Any) -> dict[str, Any]:
     """The compile key's canonical description for a request and its include resolution."""
     return {
