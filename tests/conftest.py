@@ -2,8 +2,6 @@
 CUDA driver or device exists."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
 # A real redis-server for the shared cache tier's tests (skips, with the reason, without one)

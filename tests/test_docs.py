@@ -4,7 +4,6 @@ warnings (where Sphinx is installed: pip install '.[docs]', as CI does)."""
 from __future__ import annotations
 
 import importlib
-import inspect
 import io
 import re
 import subprocess

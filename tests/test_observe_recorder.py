@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 

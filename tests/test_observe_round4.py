@@ -4,7 +4,6 @@ binary follows it, in a fresh process where the manifest on disk decides (CPU: N
 no GPU)."""
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys

@@ -9,7 +9,6 @@ import pytest
 
 import kjit
 from kjit.compiler import toolkit_headers
-from kjit.compiler.cached import compile_key
 
 # the corpus's WMMA kernel: <mma.h> includes crt/mma.h
 WMMA = (Path(__file__).parent / "corpus" / "wmma_gemm.cu").read_text()
