@@ -9,7 +9,7 @@ A compile's key is sha256 over canonical JSON (kjit.cache.key_hash) of:
   options             CompileOptions.describe(): normalised, the nvcc prelude by its digest
   name_expressions    as given, in order
   compiler            identity.compiler_identity: API version and the wheel's full version
-  env                 the KEY_ENV_VARS set (NVVM_IR_VER_CHK; hiprtc's HIP_* and ROCM_PATH)
+  env                 the KEY_ENV_VARS set (NVVM_IR_VER_CHK; hiprtc: HIPRTC_*, HIP_*, ROCM_PATH)
   sources_dir         with line or debug information only: where the sources are kept
   memory              the in-memory headers' digests, by name
   read                every file the compiler read, by name (below a known root, the
