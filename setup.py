@@ -1,7 +1,7 @@
 """kjit's optional C extensions. The launcher (kjit/runtime/_launch.c, with the k[config]
 tables in _tables.c and the framework-array packer in _foreign.c): without it kjit launches
-through cuda.bindings. The compile observer (kjit/compiler/_observe.c): without it the cache
-keys a compile by scanning its includes (docs/headers.md). The XLA FFI handler
+through cuda.bindings. The compile observer (kjit/compiler/keys/_observe.c): without it a
+compile that may read a header is not cached (docs/headers.md). The XLA FFI handler
 (kjit/runtime/_xla.c): without it `as_jax_op` is unavailable (docs/jax.md)."""
 from setuptools import Extension, setup
 
@@ -12,6 +12,6 @@ setup(ext_modules=[Extension("kjit.runtime._launch",
                              libraries=["dl"], optional=True),
                    Extension("kjit.runtime._xla", ["kjit/runtime/_xla.c"], libraries=["dl"],
                              optional=True),
-                   Extension("kjit.compiler._observe",
-                             ["kjit/compiler/_observe.c", "kjit/compiler/_observe_got.c"],
-                             depends=["kjit/compiler/_observe.h"], libraries=["dl"], optional=True)])
+                   Extension("kjit.compiler.keys._observe",
+                             ["kjit/compiler/keys/_observe.c", "kjit/compiler/keys/_observe_got.c"],
+                             depends=["kjit/compiler/keys/_observe.h"], libraries=["dl"], optional=True)])

@@ -152,7 +152,7 @@ HIT_COST = r'''
 import json, sys, time
 import kjit, kjit.cache
 from kjit.cache import lookup
-from kjit.compiler.api import compile_key
+from kjit.compiler.cached import compile_key
 sources, arch, rounds, mode = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 t0 = time.perf_counter()
 kjit.compile(sources[0], arch=arch)

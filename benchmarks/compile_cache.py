@@ -193,21 +193,22 @@ def _repeat_us(src: str, n: int) -> float:
 def _observation_cost(runs: int = 5) -> dict:
     """What observing a cold compile of the toolkit-header kernel adds: compiles with and
     without recording, in turns, and the hashing of what was read (the key's input)."""
-    from kjit.compiler import api, observe
+    from kjit.compiler import cached
+    from kjit.compiler.keys import observe
     from kjit.compiler.request import make_request
-    from kjit.compiler.snapshot import from_observation
+    from kjit.compiler.keys.snapshot import from_observation
     if not observe.available():
         return {"observation": f"unavailable: {observe.describe()['reason']}"}
     req = make_request(HEADERS_SOURCE, arch="sm_90")
     with observe.collecting() as seen:
-        api.compile_uncached(req)                     # hooks installed
+        cached.compile_uncached(req)                  # hooks installed
     plain, observed, hashing = [], [], []
     for _ in range(runs):
         t0 = time.perf_counter()
-        api.compile_uncached(req)
+        cached.compile_uncached(req)
         t1 = time.perf_counter()
         with observe.collecting() as seen:
-            api.compile_uncached(req)
+            cached.compile_uncached(req)
         t2 = time.perf_counter()
         if from_observation(observe.merge(seen), time.time() - 60) is None:
             return {"observation": "headers changed in the last minute (just installed?): run again"}
@@ -229,7 +230,8 @@ def headers_run() -> dict:
     beyond `import kjit` (from its manifest, and resolving includes without one). No GPU:
     compiles for sm_90."""
     import shutil
-    from kjit.compiler import includes, search, watch
+    from kjit.compiler import include_path
+    from kjit.compiler.keys import includes, watch
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -243,7 +245,7 @@ def headers_run() -> dict:
             paths["small"].write_text(small)
             paths["headers"].write_text(HEADERS_SOURCE)
             res = includes.resolve(HEADERS_SOURCE, name="kernel.cu",
-                                   search=search.for_options(kjit.CompileOptions(), "cuda"))
+                                   search=include_path.for_options(kjit.CompileOptions(), "cuda"))
             out["toolkit-header kernel: headers read"] = len(res.deps)
             for name, src in (("small", small), ("headers", HEADERS_SOURCE)):
                 t0 = time.perf_counter()

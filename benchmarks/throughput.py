@@ -43,8 +43,8 @@ def _arch() -> str:
 
 def _include_dirs() -> list[str]:
     import kjit
-    from kjit.compiler import search
-    return list(search.for_options(kjit.CompileOptions(), "cuda").automatic_dirs)
+    from kjit.compiler import include_path
+    return list(include_path.for_options(kjit.CompileOptions(), "cuda").automatic_dirs)
 
 
 def _bare_compile(src: str, arch: str, dirs: list[str]) -> None:
@@ -213,9 +213,9 @@ STORE = ("kjit.cache.disk:DiskStore",)
 """
 MARKS = PRELUDE + """
 import kjit; m("import kjit")
-import kjit.compiler.api as api; m("import the compile path")
+import kjit.compiler.cached as cached; m("import the compile path")
 from kjit.compiler import facts; facts.nvrtc(); m("NVRTC facts (loads libnvrtc)")
-req = api.make_request({src!r}, arch={arch!r}); m("validate the request")
+req = cached.make_request({src!r}, arch={arch!r}); m("validate the request")
 """ + TIMED + """
 timed(STORE, "_open", "  of which: cache databases created (a helper thread, beside NVRTC)")
 timed(STORE, "_store", "  of which: the entry stored")

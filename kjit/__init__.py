@@ -89,7 +89,7 @@ def compile(source: str, *, arch: Any = None, backend: str = "cuda", **kwargs: A
         driver.start_init()
         from .compiler import compile as compile_through_cache
         from .arch import resolve
-        arch = resolve(None, "cuda").name
+        arch = resolve(None, "cuda")   # an Arch, taken as resolved below: asked once
     else:
         if backend == "cuda" and _compiles(kwargs):
             # NVRTC's first compile in a process calls cuInit where a CUDA driver is installed

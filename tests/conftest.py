@@ -2,8 +2,6 @@
 CUDA driver or device exists."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
 # A real redis-server for the shared cache tier's tests (skips, with the reason, without one)
@@ -88,7 +86,7 @@ def _header_edits_are_settled(monkeypatch):
     A header changed within the file system's clock tick of a compile's start is not trusted
     to key it (docs/headers.md), so here the tick is taken as zero; the tests of that rule
     (test_observe_changes.py) ask for the real one."""
-    from kjit.compiler import snapshot
+    from kjit.compiler.keys import snapshot
     monkeypatch.setattr(snapshot, "timestamp_granularity", lambda: 0.0)
 
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import kjit
-from kjit.compiler import snapshot
+from kjit.compiler.keys import snapshot
 
 KERNEL = 'extern "C" __global__ void k(int* p) { *p = VAL; }\n'
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kjit.compiler.api import compile as kjit_compile
+from kjit.compiler.cached import compile as kjit_compile
 from kjit.formats.fatbin import (ContainerFormatError, Entry, FatbinInput, best_entry, entries,
                                  read_fatbin, runs_on, write_fatbin)
 from kjit.errors import InvalidOptionError, KjitError

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from kjit.compiler.api import compile as kjit_compile
+from kjit.compiler.cached import compile as kjit_compile
 from kjit.compiler.options import CompileOptions
 from kjit.errors import InvalidOptionError
 from kjit.formats.nvinfo import kernel_resources, parse_nvinfo

@@ -10,10 +10,11 @@ import pytest
 import kjit
 import kjit.cache
 from kjit.cache import key as key_mod
-from kjit.compiler import api as compiled, identity
-from kjit.compiler import key as compile_keys
+from kjit.compiler import cached as compiled
+from kjit.compiler.keys import identity
+from kjit.compiler.keys import description as compile_keys
 from kjit.cache.disk import CacheWarning
-from kjit.compiler import includes
+from kjit.compiler.keys import includes
 
 KERNEL = r'''
 extern "C" __global__ void scale(float* y, int n) {
@@ -218,7 +219,7 @@ def test_computed_include_through_a_define(tree):
 
 
 def test_unresolvable_computed_include_is_cached_when_observed(tree):
-    from kjit.compiler import observe
+    from kjit.compiler.keys import observe
     if not observe.available():
         pytest.skip("the compile observer is not built")
     src = "#define CAT(a) a\n#include CAT(<top.h>)\n" + KERNEL
@@ -228,9 +229,9 @@ def test_unresolvable_computed_include_is_cached_when_observed(tree):
 
 
 def test_computed_include_compiles_uncached_without_the_observer(tree, monkeypatch):
-    from kjit.compiler import api
+    from kjit.compiler import cached
     monkeypatch.setenv("KJIT_OBSERVE", "0")  # no observer: no compile that reads headers is cached
-    monkeypatch.setattr(api, "_warned", set())
+    monkeypatch.setattr(cached, "_warned", set())
     src = "#define CAT(a) a\n#include CAT(<top.h>)\n" + KERNEL
     opts = kjit.CompileOptions(include_dirs=[str(tree)])
     with pytest.warns(CacheWarning, match="KJIT_OBSERVE=0"):

@@ -370,11 +370,11 @@ def test_a_bad_setting_is_a_usage_error_on_a_hit_and_on_a_miss(tmp_path, src):
 
 
 def test_interrupt_exits_130_with_one_object_and_no_aborted(monkeypatch, src):
-    import kjit.compiler.api as api
+    from kjit.compiler import cached
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(api, "compile", interrupted)
+    monkeypatch.setattr(cached, "compile", interrupted)
     res = invoke("compile", src, "--arch", "sm_90", "--json")
     assert res.exit_code == 130
     assert json.loads(res.stdout)["error"] == {"type": "Interrupted", "message": "interrupted",

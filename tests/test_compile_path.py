@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import kjit
-from kjit.compiler import api, search
+from kjit.compiler import cached, include_path
 
 KJIT_DIR = str(Path(kjit.__file__).resolve().parent) + os.sep
 MAX_FRAMES = 5
@@ -77,28 +77,28 @@ def test_a_miss_reaches_the_compiler_in_a_handful_of_frames(tmp_path, monkeypatc
 @pytest.mark.parametrize("observe", ["1", "0"], ids=["observed", "unobserved"])
 def test_the_search_path_is_worked_out_once_per_miss(tmp_path, monkeypatch, observe):
     monkeypatch.setenv("KJIT_OBSERVE", observe)
-    real = search.for_options
+    real = include_path.for_options
     calls = []
 
     def counting(*args, **kwargs):
         calls.append(args)
         return real(*args, **kwargs)
-    monkeypatch.setattr(search, "for_options", counting)
+    monkeypatch.setattr(include_path, "for_options", counting)
     src, kw = _src(tmp_path, "2.0f", observe)
     assert kjit.compile(src, arch="sm_90", target="ptx", **kw).cache_hit is False
     assert len(calls) == 1
     kjit.cache.clear()
-    api._memo.clear()                                      # as a fresh process: keyed anew
+    cached._memo.clear()                                   # as a fresh process: keyed anew
     assert kjit.compile(src, arch="sm_90", target="ptx", **kw).cache_hit is False
     assert len(calls) == 2
 
 
 def test_the_compile_uncached_function_is_defined_once():
-    """One function runs the compiler for a request (kjit.compiler.api.compile_uncached)."""
+    """One function runs the compiler for a request (kjit.compiler.cached.compile_uncached)."""
     import kjit.compiler as package
     defined = [p.name for p in Path(package.__file__).parent.glob("*.py")
                if "def compile_uncached(" in p.read_text()]
-    assert defined == ["api.py"]
+    assert defined == ["cached.py"]
 
 
 @pytest.fixture
@@ -108,7 +108,8 @@ def work_counts(monkeypatch):
     import sys
 
     from kjit import hashing
-    from kjit.compiler import key, options
+    from kjit.compiler import options
+    from kjit.compiler.keys import description as key
     monkeypatch.setenv("KJIT_PCH", "0")   # a precompiled header's compile is a request of its own
     counts = {"describe": 0, "source": 0, "header": 0, "options": 0}
     texts: dict = {}
@@ -138,9 +139,9 @@ def work_counts(monkeypatch):
 
 @pytest.mark.parametrize("observe", ["1", "0"], ids=["observed", "unobserved"])
 def test_a_miss_describes_the_request_once(tmp_path, monkeypatch, work_counts, observe):
-    from kjit.compiler import observe as observer
+    from kjit.compiler.keys import observe as observer
     if observe == "1" and not observer.available("cuda"):
-        pytest.skip("the compile observer (compiler/_observe.c) is not built here")
+        pytest.skip("the compile observer (compiler/keys/_observe.c) is not built here")
     monkeypatch.setenv("KJIT_OBSERVE", observe)
     counts, texts = work_counts
     header = f"#define VAL 5.0f // {tmp_path.name}\n"
@@ -189,13 +190,40 @@ def test_compile_many_validates_each_item_once(tmp_path, monkeypatch):
         made.append(source)
         return real(source, **kwargs)
     monkeypatch.setattr(request, "make_request", counting)
-    monkeypatch.setattr(api, "make_request", counting)
+    monkeypatch.setattr(cached, "make_request", counting)
     sources = [KERNEL.replace("VAL", f"{i}.5f") for i in range(3)]
     items = sources[:2] + [{"source": sources[2], "cache": False}]
     objs = kjit.compile_many(items, arch="sm_90", target="ptx", jobs=1)   # misses, compiled here
     assert [o.cache_hit for o in objs] == [False, False, None]
     assert sorted(made) == sorted(sources)
     made.clear()
-    api._memo.clear()                                      # hits found by deriving the key again
+    cached._memo.clear()                                   # hits found by deriving the key again
     assert [o.cache_hit for o in kjit.compile_many(sources[:2], arch="sm_90", target="ptx")] == [True, True]
     assert sorted(made) == sorted(sources[:2])
+
+
+@pytest.mark.parametrize("cache", [True, False], ids=["cached", "uncached"])
+def test_the_arch_is_resolved_once(tmp_path, monkeypatch, cache):
+    """kjit.compile(arch=None) asks for the device's arch once; the request takes it as it is."""
+    from kjit import arch
+    monkeypatch.setenv("KJIT_ARCH", "sm_90")
+    monkeypatch.setattr(arch, "device_arch", lambda: None)   # no device: $KJIT_ARCH decides
+    real, asked = arch.resolve, []
+
+    def counting(given, backend="cuda"):
+        asked.append(given)
+        return real(given, backend)
+    monkeypatch.setattr(arch, "resolve", counting)
+    obj = kjit.compile(KERNEL.replace("VAL", f"{len(tmp_path.name)}.25f"), cache=cache)
+    assert obj.arch == "sm_90"
+    assert [a for a in asked if not isinstance(a, arch.Arch)] == [None]
+
+
+def test_the_compile_path_knows_nothing_of_compile_many():
+    """compile_many defers a compile through the seam the compile path offers
+    (cached.before_compile); its own names stay in many.py."""
+    import kjit.compiler as package
+    root = Path(package.__file__).parent
+    naming = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                    if any(w in p.read_text() for w in ("Deferred", "deferring")))
+    assert naming == ["many.py"]

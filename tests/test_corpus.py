@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import kjit
-from kjit.compiler import observe
+from kjit.compiler.keys import observe
 from corpus import entries, source
 
 TARGETS = [("sm_80", "cubin"), ("sm_90", "cubin"), ("sm_100", "cubin"), ("compute_80", "ptx")]

@@ -17,7 +17,7 @@ import pytest
 
 import kjit
 from kjit.cache import sources
-from kjit.compiler.api import compile_key
+from kjit.compiler.cached import compile_key
 from kjit.cache.disk import CacheWarning
 from kjit.formats.elf import ElfFile
 

@@ -4,7 +4,6 @@ warnings (where Sphinx is installed: pip install '.[docs]', as CI does)."""
 from __future__ import annotations
 
 import importlib
-import inspect
 import io
 import re
 import subprocess
@@ -61,7 +60,7 @@ _NOT_MODULES = {importlib.import_module("kjit.cache.registry").GROUP}
 
 
 def test_guides_name_only_files_and_modules_that_exist():
-    """A guide naming a file (kjit/compiler/observe.py) or a module or object
+    """A guide naming a file (kjit/compiler/keys/observe.py) or a module or object
     (kjit.formats.bundle.write_bundle) that has moved sends readers nowhere."""
     stale = []
     for page in GUIDES:

@@ -16,9 +16,10 @@ import pytest
 
 import kjit
 from kjit.cache import lookup
-from kjit.compiler import api as compiled
-from kjit.compiler import includes, manifest, snapshot, toolkit_headers, watch
-from kjit.compiler.snapshot import Snapshot
+from kjit.compiler import cached as compiled
+from kjit.compiler import toolkit_headers
+from kjit.compiler.keys import includes, manifest, snapshot, watch
+from kjit.compiler.keys.snapshot import Snapshot
 from kjit.errors import CompileError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -342,7 +343,7 @@ def test_fresh_process_hit_reads_no_header_and_no_pathfinder(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         import kjit
-        from kjit.compiler import includes
+        from kjit.compiler.keys import includes
         if sys.argv[1] == "second":
             def no(*a, **k): raise AssertionError("resolved includes on a manifest hit")
             includes.resolve = no

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 import kjit
-from kjit.compiler import api as compiled
+from kjit.compiler import cached as compiled
 from kjit.cli.main import cli
-from kjit.compiler import hip_headers, hiprtc, search, toolkit_headers
+from kjit.compiler import hip_headers, hiprtc, include_path, toolkit_headers
 from kjit.errors import CompileError, InvalidOptionError
 
 FP16 = r'''
@@ -113,14 +113,14 @@ def test_search_order_user_then_extra_then_toolkit(tmp_path):
     a.mkdir()
     b.mkdir()
     opts = kjit.CompileOptions(include_dirs=[str(a)], extra=[f"-I{b}"], std_headers=False)
-    path = search.for_options(opts, "cuda")
+    path = include_path.for_options(opts, "cuda")
     assert path.dirs == (str(a.resolve()), str(b)) + toolkit_headers.dirs()
     assert path.automatic_dirs == toolkit_headers.dirs()
-    off = search.for_options(opts.replace(toolkit_headers=False), "cuda")
+    off = include_path.for_options(opts.replace(toolkit_headers=False), "cuda")
     assert off.dirs == (str(a.resolve()), str(b)) and off.automatic_dirs == ()
     # kjit's standard headers (on by default) come after all of those
     from kjit.compiler import stdheaders
-    assert search.for_options(opts.replace(std_headers=True), "cuda").dirs == \
+    assert include_path.for_options(opts.replace(std_headers=True), "cuda").dirs == \
         path.dirs + (stdheaders.STDINC,)
 
 

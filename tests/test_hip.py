@@ -9,7 +9,7 @@ import pytest
 
 import kjit
 from kjit.compiler import hiprtc
-from kjit.compiler.api import compile as kjit_compile
+from kjit.compiler.cached import compile as kjit_compile
 from kjit.compiler.options import CompileOptions
 from kjit.formats.elf import AMDGPU_MACH, EM_AMDGPU, ElfFile
 from kjit.errors import CompileError, InvalidOptionError, KjitError

@@ -136,8 +136,8 @@ print(json.dumps([obj.cache_hit, sorted(m for m in sys.argv[1:] if m in sys.modu
 # itself, cuda.bindings, and sqlite3's Python layer (its date adapters import datetime).
 NOT_ON_A_HIT = ["diskcache", "pickle", "numpy", "inspect", "dataclasses", "kjit.formats.elf",
                 "kjit.formats.sniff", "kjit.compiler.declarations", "kjit.compiler.nvrtc", "cuda.bindings",
-                "sqlite3", "datetime", "kjit.compiler.portable", "kjit.compiler.roots",
-                "kjit.compiler.observe", "kjit.compiler._observe"]
+                "sqlite3", "datetime", "kjit.compiler.keys.portable", "kjit.compiler.keys.roots",
+                "kjit.compiler.keys.observe", "kjit.compiler.keys._observe"]
 
 
 def test_a_disk_hit_imports_only_what_it_uses(tmp_path):

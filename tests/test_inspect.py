@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from kjit.cli.main import cli
-from kjit.compiler.api import compile as kjit_compile
+from kjit.compiler.cached import compile as kjit_compile
 from kjit.build.pack import make_fatbin
 
 SRC = r'''

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 import kjit
 from kjit.cli.main import cli
 from kjit.compiler import options as options_mod
-from kjit.compiler.api import compile_key
+from kjit.compiler.cached import compile_key
 from kjit.errors import CompileError
 
 # llm.c's softmax_forward_kernel1 / gelu, as written for nvcc: no include at all

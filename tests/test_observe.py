@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import kjit
-from kjit.compiler import api as compiled
-from kjit.compiler import observe
+from kjit.compiler import cached as compiled
+from kjit.compiler.keys import observe
 from observe_helpers import KERNEL, edit_and_check, ptx, val, write
 
 pytestmark = pytest.mark.skipif(not observe.available(), reason="the compile observer is not built")
@@ -211,7 +211,7 @@ def test_info_says_compiles_are_observed():
 
 
 def test_the_recorder_sees_only_the_recording_thread(tmp_path):
-    from kjit.compiler import _observe
+    from kjit.compiler.keys import _observe
     import threading
     header = write(tmp_path / "a.h", "#define VAL 1\n")
     ptx('#include "a.h"\n' + KERNEL, include_dirs=[str(tmp_path)])  # hooks installed
@@ -222,7 +222,7 @@ def test_the_recorder_sees_only_the_recording_thread(tmp_path):
         other.join()
     assert seen == []                                           # another thread's compile
     with observe.collecting() as seen:
-        compiled.compile_uncached(kjit.compiler.api.make_request(
+        compiled.compile_uncached(kjit.compiler.cached.make_request(
             '#include "a.h"\n' + KERNEL, arch="sm_80", target="ptx",
             options=kjit.CompileOptions(include_dirs=[str(tmp_path)])))
     assert str(header) in seen[0].read and not _observe.recording()
@@ -260,7 +260,7 @@ def test_a_second_hook_install_still_sees_the_library_hooked(tmp_path):
     observation off for the rest of the process."""
     mod = observe._module()
     if mod is None or not observe.available("cuda"):
-        pytest.skip("the compile observer (kjit/compiler/_observe.c) is not built here")
+        pytest.skip("the compile observer (kjit/compiler/keys/_observe.c) is not built here")
     kjit.compile('extern "C" __global__ void k() {}', arch="sm_90", cache=False)   # NVRTC loaded
     libs = list(observe.LIBRARIES["cuda"])
     first = {os.path.basename(p): n for p, n in mod.install(libs)}

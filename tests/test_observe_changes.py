@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import kjit
-from kjit.compiler import api as compiled
-from kjit.compiler import observe, snapshot
+from kjit.compiler import cached as compiled
+from kjit.compiler.keys import observe, snapshot
 from observe_helpers import KERNEL, ptx, settle, val, write
 
 pytestmark = pytest.mark.skipif(not observe.available(), reason="the compile observer is not built")
@@ -30,7 +30,7 @@ def real_tick(monkeypatch):
 @pytest.fixture
 def notified(monkeypatch):
     """Repeats trust inotify from the first one (no stat check in between)."""
-    from kjit.compiler import watch
+    from kjit.compiler.keys import watch
     if not sys.platform.startswith("linux"):
         pytest.skip("change notification is Linux-only")
     monkeypatch.setattr(compiled, "STAT_CHECKS_BEFORE_WATCHING", 0)
@@ -192,7 +192,9 @@ def test_a_thread_swapping_a_header_during_compiles_never_leaves_a_wrong_entry(t
 def test_planted_manifest_in_a_world_writable_headers_dir_is_not_read(tmp_path, monkeypatch):
     import json
     import warnings
-    from kjit.compiler import manifest, search
+    from kjit.compiler import include_path
+    from kjit.compiler.keys import manifest
+    from kjit.compiler.keys.description import manifest_key
     from kjit.compiler.request import make_request
     cache = tmp_path / "cache"
     monkeypatch.setenv("KJIT_CACHE_DIR", str(cache))
@@ -200,7 +202,7 @@ def test_planted_manifest_in_a_world_writable_headers_dir_is_not_read(tmp_path, 
     b_key = next(iter(manifest_keys(cache)))                  # B's entry and manifest on disk
     a_src = KERNEL.replace("VAL", "1111111")
     req = make_request(a_src, arch="sm_80", target="ptx")
-    prekey = compiled.manifest_key(req, search.for_options(req.options, "cuda"), observed=True)
+    prekey = manifest_key(req, include_path.for_options(req.options, "cuda"), observed=True)
     payload = json.dumps({"records": [{"key": b_key, "snapshot": snapshot.Snapshot().to_json()}]},
                          separators=(",", ":")).encode()
     planted = cache / "headers" / prekey[:2] / f"{prekey}.json"

@@ -8,13 +8,12 @@ import os
 import shutil
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 
-from kjit.compiler import observe
+from kjit.compiler.keys import observe
 
-_observe = pytest.importorskip("kjit.compiler._observe", reason="the compile observer is not built")
+_observe = pytest.importorskip("kjit.compiler.keys._observe", reason="the compile observer is not built")
 
 PROBE_C = r'''
 #define _GNU_SOURCE

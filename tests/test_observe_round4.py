@@ -4,7 +4,6 @@ binary follows it, in a fresh process where the manifest on disk decides (CPU: N
 no GPU)."""
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -16,8 +15,8 @@ import pytest
 
 import kjit
 from kjit.cache import CacheWarning
-from kjit.compiler import api as compiled
-from kjit.compiler import observe
+from kjit.compiler import cached as compiled
+from kjit.compiler.keys import observe
 from kjit.errors import InvalidOptionError
 from observe_helpers import KERNEL, edit_and_check, ptx, val, write
 
@@ -140,7 +139,7 @@ def test_kernel_state_read_as_a_header_is_returned_not_stored(tmp_path, monkeypa
     state = "/proc/sys/kernel/ns_last_pid"
     if not os.access(state, os.R_OK):
         pytest.skip(f"{state} is not readable here")
-    from kjit.compiler import key
+    from kjit.compiler.keys import description as key
     monkeypatch.setattr(key, "_warned", set(), raising=False)
     src = f'extern "C" __global__ void k(int* p) {{ *p =\n#include "{state}"\n; }}\n'
     with warnings.catch_warnings(record=True) as caught:
@@ -277,7 +276,7 @@ def test_nvrtcs_own_pch_flags_are_refused(flags):
 
 
 # --- 4. without the observer, nothing is guessed ---------------------------------------------------
-# The cases the scanner (compiler/includes.py) keyed wrongly in round 2 (tests/test_observe.py
+# The cases the scanner (compiler/keys/includes.py) keyed wrongly in round 2 (tests/test_observe.py
 # holds them for the observer).
 CASES = {
     "macro-under-if": ('#if 1\n#define HDR "b.h"\n#else\n#define HDR "a.h"\n#endif\n#include HDR\n', {}),
@@ -352,7 +351,7 @@ def test_without_the_observer_a_source_without_headers_is_still_cached(tmp_path,
     {"extra": ["--pre-include", "x.h"]}, {"extra": ["-include", "x.h"]},
 ], ids=["include_dirs", "headers", "-I", "--pre-include", "-include"])
 def test_header_options_make_a_compile_header_dependent(opts):
-    from kjit.compiler import includes
+    from kjit.compiler.keys import includes
     assert includes.header_dependent(KERNEL, kjit.CompileOptions(**opts)) is not None
     assert includes.header_dependent(KERNEL, kjit.CompileOptions()) is None
     assert includes.header_dependent("// #  include <x>\n" + KERNEL, kjit.CompileOptions())

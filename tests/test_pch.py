@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 import kjit
-from kjit.compiler import api, observe, pch, pch_files
+from kjit.compiler import cached, pch, pch_files
+from kjit.compiler.keys import observe
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # a PCH's files are known only by observing its compile: without the observer, no PCH is made
 pytestmark = pytest.mark.skipif(not observe.available("cuda"),
-                                reason="the compile observer (kjit/compiler/_observe.c) is not "
+                                reason="the compile observer (kjit/compiler/keys/_observe.c) is not "
                                        "built here: precompiled headers are off without it")
 
 HEADER = textwrap.dedent("""\
@@ -126,11 +127,11 @@ def test_observed_key_is_the_same_with_and_without_a_pch(inc, monkeypatch, tmp_p
     used = _compile(2, inc)
     assert used.metadata["pch"] == "created"
     opts = kjit.CompileOptions(include_dirs=[str(inc)])
-    with_pch = api.compile_key(source(2), arch="sm_90", options=opts)   # from its manifest
+    with_pch = cached.compile_key(source(2), arch="sm_90", options=opts)   # from its manifest
     monkeypatch.setenv("KJIT_PCH", "0")
     monkeypatch.setenv("KJIT_CACHE_DIR", str(tmp_path / "other-cache"))
     before = pch.stats()
-    without = api.compile_key(source(2), arch="sm_90", options=opts)   # compiled, observed
+    without = cached.compile_key(source(2), arch="sm_90", options=opts)   # compiled, observed
     assert pch.stats() == before
     assert with_pch == without
 

@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 
 import kjit
-from kjit.compiler import observe, pch
+from kjit.compiler import pch
+from kjit.compiler.keys import observe
 
 ROOT = Path(kjit.__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(not observe.available("cuda"),
-                                reason="the compile observer (kjit/compiler/_observe.c) is not "
+                                reason="the compile observer (kjit/compiler/keys/_observe.c) is not "
                                        "built here: precompiled headers are off without it")
 
 PROLOGUE = "#include <cuda/std/cstdint>\n"

@@ -1,4 +1,4 @@
-"""Portable records (kjit/compiler/portable.py, docs/cluster.md) between installs: the file a
+"""Portable records (kjit/compiler/keys/portable.py, docs/cluster.md) between installs: the file a
 record names is the one NVRTC would read, records are filed from any working directory,
 their checks are bounded, and hostile records are refused (issue 40)."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kjit.compiler import portable, roots
+from kjit.compiler.keys import portable, roots
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ PATCHED = "#pragma once\n#define KJIT_TEST_FLAVOUR 2\n"
 
 @pytest.fixture
 def requires_observer():
-    from kjit.compiler import observe
+    from kjit.compiler.keys import observe
     if not observe.available("cuda"):
         pytest.skip(f"the compile observer is not available: {observe.describe()['reason']}")
 
@@ -136,7 +136,7 @@ def test_records_are_filed_from_any_working_directory(tmp_path, requires_observe
 def test_nvrtc_builtin_names_in_the_working_directory_are_not_read(tmp_path, requires_observer):
     """Why those probes are no input: files of the built-in names in the working directory
     (here, each an #error) change nothing; the compile and its record stand."""
-    from kjit.compiler.observe import NVRTC_INTERNAL
+    from kjit.compiler.keys.observe import NVRTC_INTERNAL
     src = tmp_path / "src" / "k.cu"
     src.parent.mkdir()
     src.write_text(HALF_USER)

@@ -179,7 +179,7 @@ def test_a_full_server_warns_once_with_the_fix_and_keeps_serving_hits(tmp_path):
     import os
     import subprocess
     import sys
-    from kjit.compiler import observe
+    from kjit.compiler.keys import observe
     require_redis()
     if not observe.available("cuda"):
         pytest.skip("the compile observer is not available: no records are filed")

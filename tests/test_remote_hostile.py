@@ -269,7 +269,7 @@ def test_keys_of_another_redis_type_are_a_counted_miss(redis_server, tmp_path, k
     import os
     import subprocess
     import sys
-    from kjit.compiler import observe
+    from kjit.compiler.keys import observe
     if not observe.available("cuda"):
         pytest.skip("the compile observer is not available: no records are filed")
     src = tmp_path / "halve.cu"

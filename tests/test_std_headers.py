@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 import kjit
-from kjit.compiler.api import compile_key
+from kjit.compiler.cached import compile_key
 from kjit.cli.main import cli
 from kjit.compiler import stdheaders
-from kjit.compiler import search
+from kjit.compiler import include_path
 from kjit.compiler.options import CompileOptions
 from kjit.errors import CompileError, DriverError
 
@@ -173,18 +173,18 @@ def test_the_users_own_headers_win_over_kjits(tmp_path):
 
 def test_the_set_is_searched_last(tmp_path):
     opts = CompileOptions(include_dirs=[tmp_path], extra=["-I/opt/other"])
-    dirs = search.for_options(opts, "cuda").dirs
-    toolkit = search.automatic_dirs(True, "cuda")
+    dirs = include_path.for_options(opts, "cuda").dirs
+    toolkit = include_path.automatic_dirs(True, "cuda")
     assert toolkit and stdheaders.cccl_dir() in toolkit        # CCCL is the toolkit's already
     assert dirs == (str(tmp_path.resolve()), "/opt/other", *toolkit, stdheaders.STDINC)
     # without the toolkit's directories the set brings CCCL, just before its own
-    alone = search.for_options(CompileOptions(toolkit_headers=False), "cuda")
+    alone = include_path.for_options(CompileOptions(toolkit_headers=False), "cuda")
     assert alone.dirs == alone.automatic_dirs == (stdheaders.cccl_dir(), stdheaders.STDINC)
     # a CCCL the user gives is searched where the user put it, not again
     mine = CompileOptions(include_dirs=[stdheaders.cccl_dir()], toolkit_headers=False)
-    assert search.for_options(mine, "cuda").dirs == (stdheaders.cccl_dir(), stdheaders.STDINC)
-    assert stdheaders.STDINC not in search.for_options(CompileOptions(std_headers=False), "cuda").dirs
-    assert stdheaders.STDINC not in search.for_options(CompileOptions(), "hip").dirs
+    assert include_path.for_options(mine, "cuda").dirs == (stdheaders.cccl_dir(), stdheaders.STDINC)
+    assert stdheaders.STDINC not in include_path.for_options(CompileOptions(std_headers=False), "cuda").dirs
+    assert stdheaders.STDINC not in include_path.for_options(CompileOptions(), "hip").dirs
     # and NVRTC gets them in that order, last
     with pytest.raises(CompileError) as err:
         _compile("#include <nothing_has_this.h>\n", options=opts)
@@ -198,7 +198,7 @@ def test_turning_the_set_off_fails_with_a_reason_and_changes_the_key():
     with pytest.raises(CompileError, match=r"<cstdint> \(kernel.cu, line 1\) is one of kjit's "
                                            r"device-side standard headers, which are turned off"):
         _compile(src, options=off)
-    assert stdheaders.STDINC not in search.for_options(off, "cuda").dirs
+    assert stdheaders.STDINC not in include_path.for_options(off, "cuda").dirs
     assert compile_key(src, arch="sm_80", options=off) != compile_key(src, arch="sm_80")
     with pytest.raises(kjit.InvalidOptionError, match="std_headers must be True or False"):
         CompileOptions(std_headers="yes")

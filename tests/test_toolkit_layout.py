@@ -9,7 +9,6 @@ import pytest
 
 import kjit
 from kjit.compiler import toolkit_headers
-from kjit.compiler.api import compile_key
 
 # the corpus's WMMA kernel: <mma.h> includes crt/mma.h
 WMMA = (Path(__file__).parent / "corpus" / "wmma_gemm.cu").read_text()
@@ -90,8 +89,8 @@ src = open(sys.argv[1]).read()
 opts = kjit.CompileOptions(line_info=sys.argv[2] == "lineinfo")
 obj = kjit.compile(src, arch="sm_90", options=opts)
 from kjit.compiler import toolkit_headers
-from kjit.compiler.api import compile_key
-from kjit.compiler import observe
+from kjit.compiler.cached import compile_key
+from kjit.compiler.keys import observe
 print(json.dumps({"hit": obj.cache_hit, "compiles": len(compiles), "observed": observe.available("cuda"), "kjit": kjit.__file__, "dirs": toolkit_headers.dirs(),
                   "key": compile_key(src, arch="sm_90", options=opts)}))
 '''

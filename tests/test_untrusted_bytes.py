@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from kjit.formats.fatbin import write_fatbin as build_fatbin
 from kjit.cache import entry as entry_mod
-from kjit.compiler.api import compile as kjit_compile
+from kjit.compiler.cached import compile as kjit_compile
 from kjit.errors import KjitError
 from kjit.formats import bundle, lz4
 from kjit.formats import fatbin as containers

@@ -19,8 +19,8 @@ from .entry import CorruptEntry
 from .events import CacheEvent, add_listener, remove_listener
 from .key import KEY_ENV_VARS, SCHEMA_VERSION, canonical, digest, env_fingerprint, key_hash
 from .key import sha256 as sha256_hex   # of bytes or text, as keys write it
-from .lookup import (Made, bypass, creation_lock, current as current_cache, enabled_by_env,
-                     get_or_create, lookup_hashed, peek, shared_tier, unstorable)
+from .lookup import (PendingKey, bypass, creation_lock, current as current_cache, enabled_by_env,
+                     get_or_create, lookup_hashed, peek, shared_tier)
 
 # The rest loads on first use: a compile's disk hit needs none of it.
 __getattr__ = lazy_names(__name__, {

@@ -8,7 +8,7 @@ Layout under cache_dir():
             "stat:hits" / "stat:misses" -> int (kept apart so listing never touches LRU order)
   locks/    one lock file per key being created (flock: released when a process dies)
   headers/  manifests: which key a source's headers gave, by their stat data
-            (kjit.compiler.manifest; removed with the entries)
+            (kjit.compiler.keys.manifest; removed with the entries)
 """
 from __future__ import annotations
 
@@ -340,7 +340,7 @@ class DiskStore(StoreReads):
                     f.unlink()  # unlink never follows a link
         from . import sources
         sources.clear(self.path)   # kept for debuggers: no entry left names them
-        headers = self.path / "headers"  # manifests (kjit.compiler.manifest)
+        headers = self.path / "headers"  # manifests (kjit.compiler.keys.manifest)
         if headers.is_dir() and not headers.is_symlink():
             for sub in headers.iterdir():
                 if sub.is_symlink() or not sub.is_dir():

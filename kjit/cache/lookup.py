@@ -180,8 +180,9 @@ class Made:
 
 
 def creation_lock(name: str) -> Any:
-    """The cross-process lock `lookup_hashed` creates an entry under, for work that must
-    happen before the key is known (a nullcontext without a usable disk)."""
+    """The cross-process lock a PendingKey's result is made under, before its key is known
+    (lookup_hashed; kjit.compiler's compile_key, which stores no result), so that processes
+    making one result make it once (a nullcontext without a usable disk)."""
     import contextlib
     disk = current().disk
     if disk is None:
@@ -225,30 +226,83 @@ def unstorable(namespace: str, label: str = "") -> None:
 UNSTORABLE_STAT = "stat:unstorable"
 
 
-def lookup_hashed(k: str, namespace: str, create: Callable[[], ObjectCode], *, label: str = "",
+class PendingKey:
+    """A key that may be known only once its result is made: an observed compile's key names
+    the files the compile read. Given one whose `key` is None, lookup_hashed holds the
+    cross-process lock named `lock` while settle() looks for the key once more (another
+    process may have made it known meanwhile) and, if it is still unknown, while create()
+    makes the result and finish(result) gives its key (None: the result is returned, never
+    stored, and counted as unstorable). The lookup then goes on under that key as any does,
+    the result made standing in for create(): an entry already there wins. close(stored) is
+    called last, with whether the lookup ended with a result."""
+
+    key: str | None = None
+    lock = ""
+
+    def settle(self) -> str | None:
+        return None
+
+    def finish(self, obj: ObjectCode) -> str | None:
+        raise NotImplementedError
+
+    def close(self, stored: bool) -> None:
+        pass
+
+
+def lookup_hashed(k: str | PendingKey, namespace: str, create: Callable[[], ObjectCode], *,
+                  label: str = "",
                   meta: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
                   t0: float | None = None, check: Callable[[], None] | None = None) -> ObjectCode:
-    """get_or_create with the key already hashed (kjit.compile memoises the hash). `check`,
-    called after create(), raises to keep the result from being stored (its inputs changed)."""
+    """get_or_create with the key already hashed (kjit.compile memoises the hash), or a
+    PendingKey whose result makes it. `check`, called after create() for a key known
+    before, raises to keep the result from being stored (its inputs changed)."""
     if t0 is None:
         t0 = time.perf_counter()
+    pending = None
+    if k.__class__ is not str:   # a PendingKey
+        pending, k = k, k.key
+        if k is None:
+            try:
+                with creation_lock(pending.lock):
+                    k = pending.settle()
+                    if k is None:   # made first: its key comes from the making
+                        t1 = time.perf_counter()
+                        obj = create()   # called here, not in a helper: the compile is one frame below
+                        create, check = Made(obj, time.perf_counter() - t1), None
+                        k = pending.finish(obj)
+            except BaseException:
+                pending.close(False)
+                raise
+            if k is None:   # what made it changed meanwhile
+                pending.close(False)
+                unstorable(namespace, label)
+                return obj.with_(cache_hit=None)
     c = current()
-    obj = c.memory.get(k)
-    if obj is not None:
-        c.session["memory_hits"] += 1
-        c.pending_hits[k] = c.pending_hits.get(k, 0) + 1
-        if events.active():
-            events.emit(events.CacheEvent(events.MEMORY_HIT, namespace, k, label,
-                                          time.perf_counter() - t0, size=len(obj.code)))
-        return obj
-    with _Miss(c, k, namespace, label, t0) as miss:
-        if miss.found is not None:   # on disk, or made by another process or node meanwhile
-            return miss.found
-        t1 = time.perf_counter()
-        obj = create()   # called here, not in a helper: the compile is one frame below
-        if check is not None:
-            check()
-        return miss.store(obj, getattr(create, "made_s", None) or time.perf_counter() - t1, meta)
+    try:
+        obj = c.memory.get(k)
+        if obj is not None:
+            c.session["memory_hits"] += 1
+            c.pending_hits[k] = c.pending_hits.get(k, 0) + 1
+            if events.active():
+                events.emit(events.CacheEvent(events.MEMORY_HIT, namespace, k, label,
+                                              time.perf_counter() - t0, size=len(obj.code)))
+        else:
+            with _Miss(c, k, namespace, label, t0) as miss:
+                obj = miss.found   # on disk, or made by another process or node meanwhile
+                if obj is None:
+                    t1 = time.perf_counter()
+                    obj = create()   # called here, not in a helper: the compile is one frame below
+                    if check is not None:
+                        check()
+                    obj = miss.store(obj, getattr(create, "made_s", None) or time.perf_counter() - t1,
+                                     meta)
+    except BaseException:
+        if pending is not None:
+            pending.close(False)
+        raise
+    if pending is not None:
+        pending.close(True)
+    return obj
 
 
 class _Miss:

@@ -171,7 +171,7 @@ class SharedTier:
         except Exception:
             pass
 
-    # --- small records beside the values (lookup.peek, compiler/portable) ----------------
+    # --- small records beside the values (lookup.peek, compiler/keys/portable) ----------------
     def fetch(self, k: str) -> tuple[ObjectCode, dict] | None:
         """The checked entry under k, or None, without a claim or lease; a server fault backs
         the tier off as for any request."""

@@ -10,11 +10,11 @@ from ..lazy import lazy_names
 
 __getattr__ = lazy_names(__name__, {
     # compiling
-    "compile": "api", "compile_many": "many", "pool_size": "pool",
+    "compile": "cached", "compile_many": "many", "pool_size": "pool",
     "make_request": "request", "CompileRequest": "request", "CompileOptions": "options",
     # reading sources as compilers do
     "read_source": "source_text:read", "decode_source": "source_text:decode",
-    "source_name": "search",
+    "source_name": "include_path",
     # the declarations a source makes (what types a kernel's parameters)
     "KERNEL_RE": "declarations:KERNEL", "strip_comments": "declarations",
     "preprocess_declarations": "declarations:preprocess", "declared_aliases": "declarations:aliases",
@@ -22,7 +22,7 @@ __getattr__ = lazy_names(__name__, {
     # what the installed compilers are and can do (kjit info, kjit build --arch)
     "supported_archs": "targets", "check_supported": "targets", "nvrtc_supported": "targets",
     "nvrtc_version": "nvrtc:version", "hiprtc_version": "hiprtc:version",
-    "describe_observer": "observe:describe", "describe_headers": "toolkit_headers:describe",
+    "describe_observer": "keys.observe:describe", "describe_headers": "toolkit_headers:describe",
     "hip_builtin_headers": "hip_headers:builtin_headers",
 })
 

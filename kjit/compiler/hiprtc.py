@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 from ..errors import InvalidOptionError, KjitError
 from .diagnostics import compile_error
 from .. import hip as hip_libs   # its face: the library loader and comgr, read at each call
-from . import observe
+from .keys import observe
 from .options import HIP_STDS, CompileOptions
 
 HIPRTC_SUCCESS = 0
@@ -268,7 +268,7 @@ def compile_source(source: str, *, name: str, arch: str, target: str = "hsaco",
         for expr in name_expressions:
             _check(lib.hiprtcAddNameExpression(prog, expr.encode()),
                    f"hiprtcAddNameExpression({expr!r})")
-        with observe.recording("hip", name):  # what it reads keys the cache (observe.py)
+        with observe.recording("hip", name):  # what it reads keys the cache (keys/observe.py)
             result = lib.hiprtcCompileProgram(prog, len(flags), _c_strings(flags))
         raw_log = _read(prog, lib.hiprtcGetProgramLogSize, lib.hiprtcGetProgramLog, "log")
         log = _clean_log(raw_log.rstrip(b"\0").decode("utf-8", "replace"), name,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..settings import switch_on
-from . import roots
+from .keys import roots
 from ..cache import SOURCES_SUBDIR, keep_source, source_file, source_holds
 
 ENV_SWITCH = "KJIT_DEBUG_SOURCES"
@@ -29,7 +29,7 @@ def sources_dir(source: str, name: str, backend: str, options: Any) -> str | Non
     source paths into the binary and KJIT_DEBUG_SOURCES is not off."""
     if backend != "cuda" or not roots.paths_matter(options) or not switch_on(ENV_SWITCH):
         return None
-    from .search import for_options
+    from .include_path import for_options
     kept = [(source, name), *((t, n) for n, t in for_options(options, backend).headers.items())]
     where = _choose(kept)
     return None if "\n" in where or "\r" in where else where   # no #line could name it
@@ -57,7 +57,7 @@ def _choose(kept: list[tuple[str, str]]) -> str:
 def files(req: Any) -> list[tuple[str, str]]:
     """(text, name) of everything a request keeps: its source and the in-memory headers its
     compile is given (the user's, and kjit's own nvcc prelude)."""
-    from .search import for_options
+    from .include_path import for_options
     headers = for_options(req.options, req.backend).headers
     return [(req.source, req.name), *((t, n) for n, t in headers.items())]
 

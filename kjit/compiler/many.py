@@ -1,7 +1,7 @@
 """kjit.compile_many: many compiles, the cache's hits at once, the misses in parallel.
 
-Each item is asked of the cache in this process first, exactly as kjit.compile asks it
-(the compiler is told to defer instead of running). Hits are returned as they are; the
+Each item is asked of the cache in this process first, exactly as kjit.compile asks it,
+with a hook that defers the compile instead of running it (cached.before_compile). Hits are returned as they are; the
 misses go to the worker processes of kjit.compiler.pool, which run kjit.compile themselves
 and so store their results in the shared disk cache under the per-key locks. One miss (or
 jobs=1) compiles here: a single compile never pays for starting a worker.
@@ -15,6 +15,16 @@ from typing import Any, Callable, Iterable, Mapping
 from ..errors import CompileError, InvalidOptionError, KjitError
 from ..progress import Bar
 from . import pool as pool_mod
+
+class Deferred(BaseException):
+    """Raised instead of compiling by the hook _probe installs: the cache was asked here,
+    the compile goes to a worker process. A BaseException, so no `except Exception` on the
+    way takes it for a failed compile."""
+
+
+def _defer() -> None:
+    raise Deferred()
+
 
 ITEM_KEYS = ("source", "arch", "target", "options", "name_expressions", "backend", "name", "cache")
 ERRORS = ("raise", "return")
@@ -110,11 +120,10 @@ def _item(i: int, it: Any, common: dict) -> tuple[dict, Any]:
 
 def _probe(kw: dict) -> Any:
     """The cache's answer for one item, or None on a miss (nothing compiled here)."""
-    from .api import compile as kjit_compile
-    from .nvrtc import Deferred, deferring
+    from .cached import before_compile, compile as kjit_compile
     if kw["backend"] != "cuda":
-        return None   # hiprtc has no deferral: its workers ask the cache
-    token = deferring.set(True)
+        return None   # HIP items go to the workers, which ask the cache
+    token = before_compile.set(_defer)
     try:
         return kjit_compile(**kw)
     except Deferred:
@@ -122,11 +131,11 @@ def _probe(kw: dict) -> Any:
     except KjitError as exc:
         return exc
     finally:
-        deferring.reset(token)
+        before_compile.reset(token)
 
 
 def _here(kw: dict) -> Any:
-    from .api import compile as kjit_compile
+    from .cached import compile as kjit_compile
     try:
         return kjit_compile(**kw)
     except KjitError as exc:

@@ -2,25 +2,17 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import time
 from typing import Any, Sequence
 
 from ..errors import KjitError
-from . import observe, pch, sigkeep
+from . import pch, sigkeep
 from .diagnostics import compile_error
+from .include_path import SearchPath
+from .keys import observe
 from .options import CompileOptions, nvrtc_flags
-from .search import SearchPath
 
-
-class Deferred(BaseException):
-    """Raised instead of compiling while `deferring` is set: kjit.compile_many asks the
-    cache in the parent and hands the misses to its worker processes. A BaseException, so
-    no `except Exception` on the way takes it for a failed compile."""
-
-
-deferring: contextvars.ContextVar[bool] = contextvars.ContextVar("kjit_nvrtc_deferring", default=False)
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,14 +61,12 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
                    name_expressions: Sequence[str] = (), search: Any = None,
                    sources_dir: str | None = None) -> tuple[bytes, str, dict[str, str], float]:
     """Compile with NVRTC. Returns (code, log, lowered names, milliseconds). `search`: the
-    compile's SearchPath (compiler/search.py): its in-memory headers and toolkit directories.
+    compile's SearchPath (compiler/include_path.py): its in-memory headers and toolkit directories.
     `sources_dir`: where the source and its in-memory headers are kept, for the line
     table to name (compiler/kept.py).
     A fork waits for it, program made to program destroyed (forkgate.py)."""
     from .forkgate import compiling
     with compiling():
-        if deferring.get():
-            raise Deferred()
         from .facts import loaded_nvrtc
         nvrtc = loaded_nvrtc()
 
@@ -107,7 +97,7 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
                         (err,) = nvrtc.nvrtcAddNameExpression(prog, expr.encode())
                         _check(err, f"nvrtcAddNameExpression({expr!r})")
                     all_flags = [f.encode() for f in (use.flags if use else []) + flags]  # PCH's first
-                    # what it reads keys the cache (observe.py)
+                    # what it reads keys the cache (keys/observe.py)
                     # NVRTC 12's first compile re-installs SIGINT with SA_RESTART (sigkeep.py)
                     with observe.recording("cuda", name, ignore=use.ignore if use else (), anchored=anchored), \
                             sigkeep.kept(version()[0] < 13):

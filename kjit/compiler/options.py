@@ -233,7 +233,7 @@ def nvrtc_flags(opts: CompileOptions, arch: str, target: str) -> list[str]:
         flags.append("--device-debug")
     if opts.max_registers is not None:
         flags.append(f"--maxrregcount={opts.max_registers}")
-    if opts.nvcc_prelude:  # an in-memory header (search.automatic_headers), before the source
+    if opts.nvcc_prelude:  # an in-memory header (include_path.automatic_headers), before the source
         flags.append(f"--pre-include={PRELUDE}")
     flags += list(opts.extra)
     return flags

@@ -162,8 +162,8 @@ class _Pch:
     def observation(self) -> Any:
         """What a compile from this PCH read through it: the prologue compile's observation
         with the stat data the last check found (the contents are the same)."""
-        from .observe import Observation
-        from .snapshot import PROBED
+        from .keys.observe import Observation
+        from .keys.snapshot import PROBED
         out = Observation()
         files = self.snapshot.files
         for path in self.obs.read:
@@ -202,7 +202,7 @@ class Use:
                         _bad.add(key)
                         _retire(key)
             return None
-        from . import observe
+        from .keys import observe
         observe.add(self.pch.observation())
         with _lock:
             _counts["used"] += 1
@@ -242,7 +242,7 @@ def _use(source: str, name: str, flags: Sequence[str], headers: dict,
     text = prologue(source)
     if text is None:
         return None
-    from . import observe
+    from .keys import observe
     if not observe.available("cuda"):  # its files could not be known: keys would be wrong
         return None
     with _lock:
@@ -282,7 +282,7 @@ def _use(source: str, name: str, flags: Sequence[str], headers: dict,
 def _build(key: str, text: str, name: str, flags: Sequence[str], headers: dict,
            anchored: tuple[str, ...]) -> _Pch | None:
     """Compile the prologue alone, observed, writing its PCH (under _lock)."""
-    from .snapshot import from_observation
+    from .keys.snapshot import from_observation
     d = _private_dir()
     if d is None:
         _counts["failed"] += 1
@@ -318,7 +318,7 @@ def _compile_prologue(text: str, name: str, flags: list, headers: dict,
     """(Observation,) where NVRTC wrote the PCH and said nothing else, "heap" where its heap
     was too small (the required size noted), else None."""
     from cuda.bindings import nvrtc
-    from . import observe
+    from .keys import observe
     ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
     err, prog = nvrtc.nvrtcCreateProgram(text.encode(), name.encode(), len(headers),
                                          [h.encode() for h in headers.values()],

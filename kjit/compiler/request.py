@@ -30,7 +30,8 @@ class CompileRequest(NamedTuple):
 def make_request(source: str, *, arch=None, target: str | None = None,
                  options: CompileOptions | None = None, name_expressions: Iterable[str] = (),
                  backend: str = "cuda", name: str | None = None) -> CompileRequest:
-    """Validate and normalise compile arguments; raise InvalidOptionError before any compile."""
+    """Validate and normalise compile arguments; raise InvalidOptionError before any compile.
+    An Arch (kjit.compile resolves the device's once) is taken as resolved."""
     from . import source_text
     if isinstance(source, bytes):
         source = source_text.decode(source, name or "source")

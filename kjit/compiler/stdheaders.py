@@ -52,7 +52,7 @@ def cccl_dir() -> str | None:
 
 def include_dirs() -> list[str]:
     """The directories the set adds, in search order: CCCL's (the set is built on it), then
-    its own. search.py leaves out CCCL's when the toolkit's directories already have it."""
+    its own. include_path.py leaves out CCCL's when the toolkit's directories already have it."""
     cccl = cccl_dir()
     return [cccl, STDINC] if cccl else [STDINC]
 

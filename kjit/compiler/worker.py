@@ -42,9 +42,9 @@ def worker_main(expected_kjit: str, ppid: int, once: bool = False) -> None:
     out.flush()
     if "error" in hello:
         return
-    from . import api
-    from .api import compile as kjit_compile   # loaded while the parent prepares requests
-    api._ONE_COMPILE_WORKER[0] = once
+    from . import cached
+    from .cached import compile as kjit_compile   # loaded while the parent prepares requests
+    cached._ONE_COMPILE_WORKER[0] = once
     from .options import CompileOptions
     idle = idle_timeout()
     while True:

@@ -5,7 +5,7 @@ cached at all, because this scan is a guess: it misses macros defined under #if,
 comments inside directives, split -X flags, symlinks followed by .., __has_include of a
 macro.
 
-The scan follows the search order of search.py (in-memory headers, then the including
+The scan follows the search order of include_path.py (in-memory headers, then the including
 file's directory for "quoted" names, with the main source's name's directory for the main
 source, then the include directories in order, the toolkit's last), ignores #if (a superset
 of what was read), and follows `#include MACRO` only through simple `#define MACRO "file.h"`
@@ -26,8 +26,9 @@ import re
 import stat as stat_mod
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from ..hashing import sha256
-from .search import SearchPath, extra_include_dirs
+from ...hashing import sha256
+from ..include_path import SearchPath, extra_include_dirs
+from .description import UnresolvedInclude
 from .snapshot import Snapshot, file_sig, is_racy
 
 
@@ -44,24 +45,6 @@ def _patterns() -> tuple[re.Pattern, re.Pattern, re.Pattern]:
 
 
 _PRE_INCLUDE_FLAGS = ("--pre-include=", "-include=")
-
-
-class UnresolvedInclude(Exception):
-    """An #include whose target kjit cannot work out (a computed include)."""
-
-
-class NotKeyed(UnresolvedInclude):
-    """A compile that may read headers, where the compiler cannot be observed: it runs
-    uncached (the scan above would be a guess: macros, digraphs, comments in directives,
-    split flags, symlinks with .., __has_include of a macro all defeat it)."""
-
-    def __init__(self, reason: str, why: str):
-        super().__init__(
-            f"kjit does not cache compiles that may read headers in this process ({why}, as "
-            f"this one does): {reason}, and without it kjit cannot tell which files a compile "
-            "reads. Build kjit's C extension (reinstall kjit where a C compiler is found) and "
-            "leave KJIT_OBSERVE on to cache them; compiles without headers are still cached")
-        self.reason, self.why = reason, why
 
 
 # Flags through which a compile reads a header or searches a directory: -I, --include-path,

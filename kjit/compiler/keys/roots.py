@@ -38,7 +38,7 @@ def _prefixes(dirs: tuple[str, ...], cccl: str | None, std: str) -> tuple[tuple[
 
 def prefixes() -> tuple[tuple[str, str], ...]:
     """(directory + separator, role) for each recognised root, the longest first."""
-    from . import stdheaders, toolkit_headers
+    from .. import stdheaders, toolkit_headers
     return _prefixes(toolkit_headers.dirs(), toolkit_headers.located().get("cccl"),
                      stdheaders.STDINC)
 

@@ -1,18 +1,12 @@
-"""The compile key: what describes a request (namespace "compile"), what its manifest is filed
-under, and the key of an observed compile, from what the compiler read.
-
-The key covers: the source, its name, where its source is kept for debuggers (when line or
-debug information names it in the binary, compiler/kept.py), every file the compiler read with its contents, every
-environment variable it read with its value (or its absence), the in-memory headers, all options after normalisation, name expressions, target, arch, backend,
-the compiler's identity and version, the environment variables that change compilation
-(kjit.cache.key.KEY_ENV_VARS) and the cache schema version.
-"""
+"""A compile key's description (namespace "compile"; each input is listed in keys/__init__.py):
+worked out once per request (Described), what its manifest and another install's record are
+filed under, and the key of an observed compile, from what the compiler read (Observed)."""
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from ..cache import KEY_ENV_VARS, env_fingerprint, key_hash, sha256_hex as sha256
+from ...cache import KEY_ENV_VARS, env_fingerprint, key_hash, sha256_hex as sha256
 from .identity import compiler_identity
 
 NAMESPACE = "compile"
@@ -32,7 +26,7 @@ PORTABLE_ENV = {
 }
 _warned: set[str] = set()
 
-# The variables an in-process repeat of a call compares (api._signature): those the cache
+# The variables an in-process repeat of a call compares (cached._signature): those the cache
 # keys for every compile, those the compiler is known to read, and every other one a compile
 # of this process was seen to read. Names as os.environ's own dict holds them (bytes on
 # POSIX), so each costs one dict lookup.
@@ -67,7 +61,7 @@ def _warn_unkeyable(name: str, why: str) -> None:
         return
     _warned.add(why)
     import warnings
-    from ..cache import CacheWarning
+    from ...cache import CacheWarning
     warnings.warn(f"{name}: not cached: {why}; the binary is returned, not stored (remove "
                   "that path from the compile's includes to cache it)", CacheWarning, stacklevel=5)
 
@@ -78,6 +72,24 @@ class HeadersChanged(Exception):
 
 class NotObserved(Exception):
     """The compiler's file calls could not be observed in this process after all."""
+
+
+class UnresolvedInclude(Exception):
+    """An #include whose target kjit cannot work out (a computed include, includes.py)."""
+
+
+class NotKeyed(UnresolvedInclude):
+    """A compile that may read headers, where the compiler cannot be observed: it runs
+    uncached (kjit's include scan would be a guess: macros, digraphs, comments in
+    directives, split flags, symlinks with .., __has_include of a macro all defeat it)."""
+
+    def __init__(self, reason: str, why: str):
+        super().__init__(
+            f"kjit does not cache compiles that may read headers in this process ({why}, as "
+            f"this one does): {reason}, and without it kjit cannot tell which files a compile "
+            "reads. Build kjit's C extension (reinstall kjit where a C compiler is found) and "
+            "leave KJIT_OBSERVE on to cache them; compiles without headers are still cached")
+        self.reason, self.why = reason, why
 
 
 def describe(req: Any, res: Any) -> dict[str, Any]:
@@ -94,7 +106,7 @@ def describe(req: Any, res: Any) -> dict[str, Any]:
 
 def _headers_key(res: Any, options: Any) -> dict[str, list]:
     """The headers part of a key: headers under kjit's own roots named below their root
-    (compiler/roots.py), unless line or debug information puts their paths into the binary."""
+    (roots.py), unless line or debug information puts their paths into the binary."""
     from . import roots
     out, name = res.key(), roots.namer(options)
     out["headers"] = [[kind, name(path) if kind == "file" else path, digest]
@@ -193,7 +205,7 @@ class Described:
         out = {"key": dict(self.base) if self.desc is None else self.desc,
                "source": self.req.source, "source_sha256": self.base["source_sha256"]}
         if self.req.sources_dir is not None:   # what `kjit cache prune` keeps for this entry
-            from .kept import kept_paths
+            from ..kept import kept_paths
             out["kept_sources"] = kept_paths(self.req)
         return out
 
@@ -204,7 +216,7 @@ def manifest_key(req: Any, path: Any, observed: bool = False) -> str:
 
 
 class Observed(Described):
-    """One request's observed compiles: api.compile_uncached(req, path, self) fills `seen`
+    """One request's observed compiles: cached.compile_uncached(req, path, self) fills `seen`
     (what the compiler read) and `started`; key() turns the last one into its key."""
 
     def __init__(self, req: Any, path: Any):

@@ -19,7 +19,7 @@ input) leaves the compile unkeyed: it is returned, never stored.
 
 Without the extension (no C compiler at install time, another platform) or where patching
 failed, `available()` is False, and compiles that could read a header are not cached
-(compiler/api.py says so once). `KJIT_OBSERVE=0` turns observation off.
+(compiler/cached.py says so once). `KJIT_OBSERVE=0` turns observation off.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import os
 import threading
 from typing import Any, Iterator
 
-from .options import PRELUDE
+from ..options import PRELUDE
 
 ENV = "KJIT_OBSERVE"
 
@@ -81,12 +81,12 @@ def _module() -> Any:
             from . import _observe
             _state["module"] = _observe
         except ImportError as exc:
-            _state["error"] = f"the compile observer (kjit.compiler._observe) is not built: {exc}"
+            _state["error"] = f"the compile observer (kjit.compiler.keys._observe) is not built: {exc}"
     return _state["module"]
 
 
 def enabled() -> bool:
-    from ..settings import switch_on
+    from ...settings import switch_on
     return switch_on(ENV)
 
 

@@ -35,7 +35,7 @@ import stat as stat_mod
 import time
 from typing import Any, Callable
 
-from ..cache import key_hash
+from ...cache import key_hash
 from . import manifest, roots
 from .snapshot import PROBED, Snapshot, file_sig
 
@@ -69,7 +69,7 @@ def record_key(desc: dict[str, Any], dirs: tuple[str, ...], memory: dict[str, st
 def _layout() -> tuple[tuple[str, str], ...]:
     """(directory, role) of kjit's roots in NVRTC's search order; a role's second directory
     is "<role>.2", and so on."""
-    from . import stdheaders, toolkit_headers
+    from .. import stdheaders, toolkit_headers
     cccl = toolkit_headers.located().get("cccl")
     seen: dict[str, int] = {}
     out = []
@@ -141,7 +141,7 @@ def claim(rk: dict[str, Any], options: Any) -> tuple[tuple[str, Snapshot] | None
     tier = _tier()
     if tier is None or not tier.usable():
         return None, None
-    from ..cache import LEASE_RECHECK_S as RECHECK_S, HeldLease
+    from ...cache import LEASE_RECHECK_S as RECHECK_S, HeldLease
     lease_key, cfg = _REMOTE + key_hash(NAMESPACE, rk), tier.config
     deadline = time.monotonic() + cfg.wait_s
     try:
@@ -227,7 +227,7 @@ def _local(h: str) -> dict[str, Any] | None:
 
 
 def _tier() -> Any:
-    from ..cache import shared_tier as tier   # None unless KJIT_REMOTE_CACHE is set
+    from ...cache import shared_tier as tier   # None unless KJIT_REMOTE_CACHE is set
     return tier()
 
 

@@ -18,7 +18,7 @@ full stat check (Snapshot.check), which is always exact on its own. Not reported
 seen until that stat check runs (in a new process, or after any other change): writes
 through a shared memory map, and a file system mounted over a directory while the process
 runs. Environment variables are not files: an in-process repeat compares those a compile
-read as part of the call's signature (compiler/api.py). KJIT_HEADER_WATCH=0 turns watching
+read as part of the call's signature (compiler/cached.py). KJIT_HEADER_WATCH=0 turns watching
 off.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ import sys
 import threading
 from typing import Any
 
-from ..settings import switch_on
+from ...settings import switch_on
 
 ENV = "KJIT_HEADER_WATCH"
 MAX_WATCHES = 16384

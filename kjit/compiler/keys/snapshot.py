@@ -26,7 +26,7 @@ import stat as stat_mod
 import time
 from typing import Any
 
-from ..hashing import sha256
+from ...hashing import sha256
 
 RACY_S = 2.0
 _RACY_NS = int(RACY_S * 1e9)

@@ -1,6 +1,6 @@
 """Where a compile looks for an #include, in order: the one place that order is decided.
 
-NVRTC and hiprtc look in this order, and kjit's include resolution (includes.py), which
+NVRTC and hiprtc look in this order, and kjit's include resolution (keys/includes.py), which
 keys the cache, follows the same SearchPath:
   1. in-memory headers by exact name: CompileOptions.headers, then the automatic ones
      (HIP: the names hiprtc's built-ins provide, hip_headers.py; CUDA: the nvcc prelude,

@@ -1,7 +1,7 @@
 """Manifests: a fresh process finds a compile's key without resolving its includes again.
 
 ccache's direct mode: a manifest is filed under a hash of everything known before reading
-any header (source, options, the search path, compiler, arch...; api.manifest_key) and
+any header (source, options, the search path, compiler, arch...; description.manifest_key) and
 holds, for the last few header states seen, the full cache key and the Snapshot of the
 headers it was derived from. A lookup returns the key of the first record whose Snapshot
 check passes (stats, and a re-read only of files whose stat changed or was racily clean), so
@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..fileio import replace_with
+from ...fileio import replace_with
 from .snapshot import Snapshot
 
 DIR_NAME = "headers"
@@ -33,8 +33,8 @@ def _dirs() -> list[Path]:
     """The manifest directory of every cache directory KJIT_CACHE_DIR lists, in order (a
     read-only cache baked into an image can hold manifests too)."""
     try:
-        from ..cache import trusted
-        from ..locations import cache_dirs
+        from ...cache import trusted
+        from ...locations import cache_dirs
         # a directory others could write, or another user's, could hold a planted manifest
         # naming another kernel's key: nothing in it is read
         return [d / DIR_NAME for d in cache_dirs() if trusted(d)]
@@ -53,7 +53,7 @@ def _file(d: Path, prekey: str) -> Path:
 
 def _records(path: Path) -> list[dict[str, Any]]:
     try:
-        from ..cache import read_private
+        from ...cache import read_private
         data = read_private(path, MAX_BYTES)  # no link followed, nobody else's file
         digest, _, payload = data.partition(b"\n")
         if len(data) > MAX_BYTES or _check_line(payload) != digest:

@@ -439,6 +439,6 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_observe",
-                                    "What a compiler library reads (kjit.compiler.observe).", -1, methods};
+                                    "What a compiler library reads (kjit.compiler.keys.observe).", -1, methods};
 
 PyMODINIT_FUNC PyInit__observe(void) { return PyModule_Create(&module); }
