@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .calls import (  # noqa: F401  (the names tests and users reach through kjit.hip.runtime)
     available, call, device_count, error_name, init, make_error, synchronize, _reset_for_tests, _library)
-from .errors import _NO_DRIVER_TWIN, HipUnavailableError, cuda_twin  # noqa: F401
+from .hip_errors import _NO_DRIVER_TWIN, HipUnavailableError, cuda_twin  # noqa: F401
 from .launch import (  # noqa: F401
     HIP_LAUNCH_PARAM_BUFFER_POINTER, HIP_LAUNCH_PARAM_BUFFER_SIZE, HIP_LAUNCH_PARAM_END,
     MAX_BLOCK_THREADS, MAX_GRID_WORKITEMS, HipParams, LaunchConfig, stream_handle)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ...errors import DriverError, KjitError
 from .. import loader
-from .errors import HipUnavailableError, cuda_twin
+from .hip_errors import HipUnavailableError, cuda_twin
 
 _lock = threading.Lock()
 _initialized = False
