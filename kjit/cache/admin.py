@@ -147,7 +147,16 @@ def stats() -> dict[str, Any]:
             "misses": misses, "hit_rate": round(hits / (hits + misses), 4) if hits + misses else None,
             "unreadable": disk.foreign_rows(), "read_only": disk.read_only,
             "unstorable": int(disk.tables()[1].get_number("stat:unstorable") or 0),
-            "session": dict(c.session), "remote": _remote_counts(disk), "sources": _sources(c.path)}
+            "session": dict(c.session), "remote": _remote_counts(disk), "sources": _sources(c.path),
+            "pch": _pch(c.path)}
+
+
+def _pch(path: Path) -> dict[str, int]:
+    """The precompiled headers kept in the cache directory (kjit.cache.pchdir): counted in
+    the size limit with the entries."""
+    from . import pchdir
+    files, size = pchdir.volume(path)
+    return {"files": files, "bytes": size}
 
 
 def _sources(path: Path) -> dict[str, int]:
