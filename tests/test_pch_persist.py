@@ -244,7 +244,7 @@ def test_stats_show_the_pchs_and_clear_removes_them():
 
 
 def test_a_pch_too_large_for_the_cap_is_not_kept(monkeypatch, tmp_path):
-    from kjit.cache import pchdir
+    from kjit.cache import pch_stored
     monkeypatch.setenv("KJIT_CACHE_SIZE", "2M")
-    assert not pchdir.stored("e" * 64, 3 << 20)
-    assert pchdir.stored("e" * 64, 512 << 10)
+    assert not pch_stored("e" * 64, 3 << 20)
+    assert pch_stored("e" * 64, 512 << 10)

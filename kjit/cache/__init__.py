@@ -39,7 +39,7 @@ __getattr__ = lazy_names(__name__, {
     "trusted": "trust", "read_private": "trust", "Untrusted": "trust",
     "writable": "readonly",
     # precompiled headers kept in the cache directory (kjit.compiler.pch)
-    "PCH_SUBDIR": "pchdir:SUBDIR", "pch_stored": "pchdir:stored",
+    "PCH_SUBDIR": "pchdir:SUBDIR", "pch_stored": "admin",
     "PCH_ORPHAN_S": "pchdir:ORPHAN_S",
     # the kept sources of debuggable kernels
     "SOURCES_SUBDIR": "sources:SUBDIR", "source_file": "sources:file_in",

@@ -159,6 +159,28 @@ def _pch(path: Path) -> dict[str, int]:
     return {"files": files, "bytes": size}
 
 
+def pch_stored(keep: str, size: int) -> bool:
+    """A PCH `keep` of `size` bytes was just filed in the writable cache directory
+    (kjit.cache.pchdir): make the cache fit its size cap, the least recently used entries
+    and PCHs first, this one last. False where it cannot stay (alone it takes more than half
+    the cap): the caller removes it."""
+    from ..settings import size_limit
+    limit = size_limit()
+    if size > limit // 2:
+        return False
+    store = current().disk
+    if store is None:
+        return True
+    store = store.managed() if hasattr(store, "managed") else store
+    if getattr(store, "read_only", False):
+        return True
+    try:
+        store.evict_lru(limit, keep_pch=keep)
+    except Exception:   # a busy or damaged database: the next store or prune evicts
+        pass
+    return True
+
+
 def _sources(path: Path) -> dict[str, int]:
     """The kept sources (kjit.cache.sources): on disk, and this process's writes."""
     from . import sources

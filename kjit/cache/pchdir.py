@@ -118,26 +118,3 @@ def clear(base: Path) -> int:
 
 def older_than(base: Path, cutoff: float) -> list[Item]:
     return [i for i in items(base) if i.used < cutoff]
-
-
-def stored(keep: str, size: int) -> bool:
-    """A PCH `keep` of `size` bytes was just filed in the writable cache directory: make the
-    cache fit its size cap, the least recently used entries and PCHs first, this one last.
-    False where it cannot stay (alone it takes more than half the cap): the caller removes it."""
-    from ..settings import size_limit
-    from .lookup import current
-    limit = size_limit()
-    if size > limit // 2:
-        return False
-    c = current()
-    store = c.disk
-    if store is None:
-        return True
-    store = store.managed() if hasattr(store, "managed") else store
-    if getattr(store, "read_only", False):
-        return True
-    try:
-        store.evict_lru(limit, keep_pch=keep)
-    except Exception:   # a busy or damaged database: the next store or prune evicts
-        pass
-    return True

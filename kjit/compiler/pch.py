@@ -42,13 +42,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
-import functools
 import os
 import threading
 import time
 from typing import Any, Iterator, Sequence
 
 from . import pch_files, pch_store
+from .prologue import prologue
 
 ENV = "KJIT_PCH"
 HEAP_MIN = 512 << 20     # CCCL needs ~336 MB; NVRTC's default (256 MB) only warns when short
@@ -95,51 +95,6 @@ def note() -> str | None:
     """How this thread's last NVRTC compile used a PCH ("created", "used") or None; cleared."""
     out, _tls.note = getattr(_tls, "note", None), None
     return out
-
-
-# --- the prologue ------------------------------------------------------------------------------
-_SKIP = r"(?:\s+|//[^\n]*|/\*.*?\*/)+"                          # blanks and comments
-_DIRECTIVE = r"(?:#|%:)(?:[^\n\\/]|\\.|\\\n|/\*.*?\*/|/(?![*]))*"  # to its line's end
-_WORD = r"(?:#|%:)(?:\s|/\*.*?\*/)*(\w+)"
-
-
-@functools.lru_cache(maxsize=None)
-def _patterns() -> tuple:
-    """Compiled on a process's first miss, not at import (a disk hit never imports this)."""
-    import re
-    return tuple(re.compile(p, re.S) for p in (_SKIP, _DIRECTIVE, _WORD))
-
-
-def prologue(source: str) -> str | None:
-    """The source up to the end of its last leading preprocessor directive (NVRTC's header
-    stop is the first token after them), or None where it includes nothing or stops inside
-    an #if (NVRTC would not build a PCH there)."""
-    if "include" not in source:  # most small kernels: no scan (and no regex compiled)
-        return None
-    skip, directive, word_re = _patterns()
-    pos, end, depth, includes = 0, 0, 0, False
-    n = len(source)
-    while pos < n:
-        m = skip.match(source, pos)
-        if m:
-            pos = m.end()
-            continue
-        d = directive.match(source, pos)
-        if d is None:  # each directive runs to its line's end: every # here starts a line
-            break
-        word = word_re.match(source, pos)
-        kind = word.group(1) if word else ""
-        if kind in ("if", "ifdef", "ifndef"):
-            depth += 1
-        elif kind == "endif":
-            depth -= 1
-        elif kind in ("include", "include_next"):
-            includes = True
-        pos = d.end()
-        end = pos
-    if not includes or depth != 0:
-        return None
-    return source[:end] + "\n"
 
 
 def _key(prologue_text: str, name: str, flags: Sequence[str], headers: dict) -> str:

@@ -81,11 +81,20 @@ def _library() -> list:
         return [path]
 
 
+@functools.lru_cache(maxsize=None)
+def _nvrtc() -> list:
+    """NVRTC's version and its wheel's (identity.compiler_identity's parts: that module is
+    not imported here, as it imports nvrtc, which imports pch)."""
+    from ..locations import package_version
+    from . import facts
+    dist = "nvidia-cuda-nvrtc"
+    return [list(facts.nvrtc()["version"]), package_version((dist, dist + "-cu13", dist + "-cu12"))]
+
+
 def key(prologue: str, name: str, flags: Any, headers: dict) -> str:
     from ..cache import canonical
     from ..hashing import sha256
-    from .identity import compiler_identity
-    return sha256(canonical([FORMAT, compiler_identity("cuda"), _library(), hex(PIN_ADDR),
+    return sha256(canonical([FORMAT, _nvrtc(), _library(), hex(PIN_ADDR),
                              prologue, name, list(flags), sorted(headers.items()),
                              os.getcwd()])).hexdigest()
 
