@@ -80,6 +80,8 @@ def table(results: dict) -> str:
     _section(lines, "PyTorch: one small kernel on a tensor, median us per call over interleaved rounds",
              {k: v for k, v in results.get("torch_ops", {}).items() if k != "rounds"}, 72, 2)
     _section(lines, "kjit build of the example library", results.get("build", {}), 52, 1)
+    _section(lines, "precompiled headers across processes (CUB kernel): edit loop and compile_many sweep",
+             {k: v for k, v in results.get("pch_persist", {}).items() if k != "targets"}, 72, 3)
     if results.get("throughput"):
         from benchmarks.throughput import lines as throughput_lines
         lines += throughput_lines(results["throughput"])
@@ -165,6 +167,8 @@ def targets(results: dict) -> dict[str, bool]:
             hd["headers kernel: in-process repeat us"] <= TARGET_HEADERS_REPEAT_US
     for name, ok in (results.get("tune") or {}).get("targets", {}).items():
         out["autotune: " + name] = ok
+    for name, ok in (results.get("pch_persist") or {}).get("targets", {}).items():
+        out["PCH: " + name] = ok
     return out
 
 
@@ -196,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks")
     p.add_argument("which", nargs="?", default="all",
                    choices=["all", "launch", "compile", "build", "multigpu", "headers", "throughput", "tune", "torch",
-                            "graphs", "gil", "jax"],
+                            "graphs", "gil", "jax", "pch"],
                    help="headers: the toolkit-header kernel's compile figures only (no GPU needed)")
     p.add_argument("--json", help="write the results as JSON here")
     p.add_argument("--plot", help="write the launch-cost plot (PNG) here")
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"machine": machine()}
     sections = {"launch": "launch", "compile": "compile_cache", "build": "build",
                 "multigpu": "multigpu", "throughput": "throughput", "tune": "tune", "torch": "torch_ops",
-                "graphs": "graphs", "gil": "gil", "jax": "jax_ops"}
+                "graphs": "graphs", "gil": "gil", "jax": "jax_ops", "pch": "pch_persist"}
     if args.which == "headers":
         from benchmarks.compile_cache import headers_run
         results["headers"] = headers_run()

@@ -168,7 +168,7 @@ def test_header_edited_between_compiles_gives_the_new_binary(inc, monkeypatch):
 def test_a_refused_pch_falls_back_to_a_plain_compile(inc, monkeypatch):
     _compile(1, inc)
     _compile(2, inc)
-    pch_file = max(Path(pch.directory()).glob("*.pch"), key=lambda p: int(p.stem))  # this one
+    pch_file = max(map(Path, pch.files()), key=lambda p: p.stat().st_mtime_ns)  # this one
     pch_file.write_bytes(b"not a precompiled header" * 100)
     # taken as the file it wrote (a changed file is never given to NVRTC: test_pch_faults.py)
     monkeypatch.setattr(pch._Pch, "intact", lambda self: True)
@@ -199,7 +199,8 @@ def test_a_pch_that_cannot_be_built_is_counted_and_the_compile_goes_on(inc, monk
         assert "careful" in objs[2].log
 
 
-def test_prologues_taking_turns_do_not_rebuild_their_pchs_at_every_turn(inc):
+def test_prologues_taking_turns_do_not_rebuild_their_pchs_at_every_turn(inc, monkeypatch):
+    monkeypatch.setenv("KJIT_CACHE", "0")   # a process's own PCHs (the cache's: its size cap)
     def src(p: str, i: int) -> str:
         return source(i).replace('"h.h"\n', f'"h.h"\n#define PROLOGUE_{p}\n')
     before = pch.stats()
@@ -244,7 +245,8 @@ def test_compile_many_worker_builds_its_pch_at_the_first_of_many(inc):
                                  options=kjit.CompileOptions(include_dirs=[str(inc)]),
                                  progress=False)
     kinds = [o.metadata.get("pch") for o in objs]
-    assert kinds.count("created") == 2 and kinds.count("used") == 6, kinds
+    # each worker's first compile builds it, or uses the one the other worker stored first
+    assert 1 <= kinds.count("created") <= 2 and None not in kinds, kinds
 
 
 def test_compile_many_sends_a_prologues_sources_together(inc):
@@ -285,7 +287,8 @@ def test_private_directory_is_removed_at_exit(inc, tmp_path):
         print(json.dumps({{"dir": d, "files": os.listdir(d), "mode": oct(os.stat(d).st_mode & 0o777),
                           "pch": objs[1].metadata.get("pch")}}))
     """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), KJIT_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), KJIT_CACHE_DIR=str(tmp_path / "cache"),
+               KJIT_CACHE="0")   # no cache directory: the process's own PCHs
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stderr
@@ -294,7 +297,8 @@ def test_private_directory_is_removed_at_exit(inc, tmp_path):
     assert not os.path.exists(seen["dir"])
 
 
-def test_a_forked_child_neither_uses_nor_removes_its_parents_pchs(inc):
+def test_a_forked_child_neither_uses_nor_removes_its_parents_pchs(inc, monkeypatch):
+    monkeypatch.setenv("KJIT_CACHE", "0")   # the process's own PCHs (the cache's are anyone's)
     _compile(1, inc)
     assert _compile(2, inc).metadata["pch"] == "created"
     d = pch.directory()

@@ -48,8 +48,8 @@ SCRIPT = textwrap.dedent('''
     def source(i):
         return {prologue!r} + 'extern "C" __global__ void k%d(float* x) {{ x[0] = %d.5f; }}\\n' % (i, i)
     first = [kjit.compile(source(i), arch="sm_90", cache=False) for i in range(3)]
-    d = pch.directory()
-    path = os.path.join(d, "1.pch") if d else None
+    files = pch.files()
+    path = files[0] if files else None
     damage = sys.argv[1]
     if damage == "truncate":
         os.truncate(path, os.path.getsize(path) // 2)

@@ -38,6 +38,9 @@ __getattr__ = lazy_names(__name__, {
     # whose directories may be read, and which one is written
     "trusted": "trust", "read_private": "trust", "Untrusted": "trust",
     "writable": "readonly",
+    # precompiled headers kept in the cache directory (kjit.compiler.pch)
+    "PCH_SUBDIR": "pchdir:SUBDIR", "pch_stored": "admin",
+    "PCH_ORPHAN_S": "pchdir:ORPHAN_S",
     # the kept sources of debuggable kernels
     "SOURCES_SUBDIR": "sources:SUBDIR", "source_file": "sources:file_in",
     "source_holds": "sources:holds", "keep_source": "sources:ensure",

@@ -147,7 +147,38 @@ def stats() -> dict[str, Any]:
             "misses": misses, "hit_rate": round(hits / (hits + misses), 4) if hits + misses else None,
             "unreadable": disk.foreign_rows(), "read_only": disk.read_only,
             "unstorable": int(disk.tables()[1].get_number("stat:unstorable") or 0),
-            "session": dict(c.session), "remote": _remote_counts(disk), "sources": _sources(c.path)}
+            "session": dict(c.session), "remote": _remote_counts(disk), "sources": _sources(c.path),
+            "pch": _pch(c.path)}
+
+
+def _pch(path: Path) -> dict[str, int]:
+    """The precompiled headers kept in the cache directory (kjit.cache.pchdir): counted in
+    the size limit with the entries."""
+    from . import pchdir
+    files, size = pchdir.volume(path)
+    return {"files": files, "bytes": size}
+
+
+def pch_stored(keep: str, size: int) -> bool:
+    """A PCH `keep` of `size` bytes was just filed in the writable cache directory
+    (kjit.cache.pchdir): make the cache fit its size cap, the least recently used entries
+    and PCHs first, this one last. False where it cannot stay (alone it takes more than half
+    the cap): the caller removes it."""
+    from ..settings import size_limit
+    limit = size_limit()
+    if size > limit // 2:
+        return False
+    store = current().disk
+    if store is None:
+        return True
+    store = store.managed() if hasattr(store, "managed") else store
+    if getattr(store, "read_only", False):
+        return True
+    try:
+        store.evict_lru(limit, keep_pch=keep)
+    except Exception:   # a busy or damaged database: the next store or prune evicts
+        pass
+    return True
 
 
 def _sources(path: Path) -> dict[str, int]:

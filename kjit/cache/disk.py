@@ -9,6 +9,8 @@ Layout under cache_dir():
   locks/    one lock file per key being created (flock: released when a process dies)
   headers/  manifests: which key a source's headers gave, by their stat data
             (kjit.compiler.keys.manifest; removed with the entries)
+  pch/      precompiled headers and their records (kjit.cache.pchdir, kjit.compiler.pch):
+            counted against the size limit with the entries, LRU-evicted with them
 """
 from __future__ import annotations
 
@@ -340,6 +342,8 @@ class DiskStore(StoreReads):
                     f.unlink()  # unlink never follows a link
         from . import sources
         sources.clear(self.path)   # kept for debuggers: no entry left names them
+        from . import pchdir
+        pchdir.clear(self.path)    # precompiled headers (kjit.compiler.pch): no key names them
         headers = self.path / "headers"  # manifests (kjit.compiler.keys.manifest)
         if headers.is_dir() and not headers.is_symlink():
             for sub in headers.iterdir():
@@ -354,31 +358,47 @@ class DiskStore(StoreReads):
         """Bytes on disk: the SQLite file plus the value files."""
         return int(self.entries.volume())
 
-    def evict_lru(self, limit: int, keep: str | None = None) -> list[str]:
-        """Delete least-recently-used entries until volume() <= limit; `keep` (the entry just
-        written) goes last. Cheap when under the limit: one SQL query. Above it, entries go
-        in batches whose stored bytes cover the excess, one transaction per batch."""
-        if self.volume() <= limit:
+    def evict_lru(self, limit: int, keep: str | None = None,
+                  keep_pch: str | None = None) -> list[str]:
+        """Delete least-recently-used entries and precompiled headers (kjit.cache.pchdir)
+        until volume() plus the PCHs' bytes <= limit; `keep` (the entry just written) and
+        `keep_pch` (the PCH just filed) go last. Cheap when under the limit: one SQL query
+        and a listing of pch/. Above it, entries go in batches whose stored bytes cover the
+        excess, one transaction per batch; returns the entries' keys removed."""
+        from . import pchdir
+        pchs = pchdir.items(self.path)
+        pch_bytes = sum(i.bytes for i in pchs)
+        if self.volume() + pch_bytes <= limit:
             return []
         entries, usage = self.tables()
         used = usage.numbers("used:")
         sizes = entries.stored_sizes()
-        order = sorted(sizes, key=lambda k: (k == keep, used.get(k, 0.0)))
+        order: list[tuple[bool, float, str, object]] = \
+            [(k == keep, used.get(k, 0.0), k, None) for k in sizes] + \
+            [(i.stem == keep_pch, i.used, i.stem, i) for i in pchs]
+        order.sort(key=lambda t: (t[0], t[1]))
         removed: list[str] = []
         remaining = sum(v or 0 for v in sizes.values())
         pos = 0
         while pos < len(order):
             volume = self.volume()
-            if volume <= limit:
+            if volume + pch_bytes <= limit:
                 break
+            item = order[pos][3]
+            if item is not None:   # a PCH: its files go at once
+                pchdir.remove(item)  # type: ignore[arg-type]
+                pch_bytes -= item.bytes  # type: ignore[attr-defined]
+                pos += 1
+                continue
             # An entry takes more than its bytes on disk (row and page overhead): scale by
             # what the whole cache takes per stored byte.
             scale = volume / max(remaining, 1)
             batch, freed = [], 0.0
-            while pos < len(order) and (freed < volume - limit or not batch):
-                batch.append(order[pos])
-                freed += (sizes[order[pos]] or 0) * scale
-                remaining -= sizes[order[pos]] or 0
+            while pos < len(order) and order[pos][3] is None and \
+                    (freed < volume + pch_bytes - limit or not batch):
+                batch.append(order[pos][2])
+                freed += (sizes[order[pos][2]] or 0) * scale
+                remaining -= sizes[order[pos][2]] or 0
                 pos += 1
             self.delete_many(batch)
             removed += batch

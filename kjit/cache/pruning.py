@@ -77,6 +77,7 @@ def _prune(disk: Any, limit: int | None, cutoff: float | None) -> dict[str, Any]
     keys = entries.keys()
     sizes = listing.code_sizes(disk, keys)[0]
     removed: list[str] = []
+    pchs = _prune_pchs(disk.path, cutoff)
     if cutoff is not None:
         used = usage.numbers("used:")
         # an entry never used since it was made has no "used:" row: its creation time counts
@@ -90,7 +91,29 @@ def _prune(disk: Any, limit: int | None, cutoff: float | None) -> dict[str, Any]
     disk.forget_orphans()
     return {"removed": len(removed), "bytes_freed": int(sum(sizes.get(k, 0) for k in removed)),
             "keys": removed, "entries_left": len(keys) - len(removed), "disk_bytes": disk.volume(),
-            "sources_removed": prune_sources(disk.path, usage)}
+            "sources_removed": prune_sources(disk.path, usage), "pch_removed": pchs}
+
+
+def _prune_pchs(path: Path, cutoff: float | None, limit: int | None = None,
+                volume: int = 0) -> int:
+    """Remove the precompiled headers (kjit.cache.pchdir) unused since `cutoff`, then, where
+    `limit` is given, the least recently used until they and `volume` (the entries' bytes)
+    fit it; returns how many went. (Where the entries are pruned through DiskStore.evict_lru,
+    that orders PCHs and entries together.)"""
+    from . import pchdir
+    found = pchdir.items(path)
+    gone = [i for i in found if cutoff is not None and i.used < cutoff]
+    left = [i for i in found if i not in gone]
+    if limit is not None:
+        total = volume + sum(i.bytes for i in left)
+        for i in left:
+            if total <= limit:
+                break
+            gone.append(i)
+            total -= i.bytes
+    for i in gone:
+        pchdir.remove(i)
+    return sum(1 for i in gone if any(p.suffix == ".pch" for p in i.paths))
 
 
 def prune_sources(path: Path, usage: Any) -> int:
@@ -251,6 +274,8 @@ def prune_in_place(path: Path, limit: int | None, cutoff: float | None) -> dict:
         sizes = listing.code_sizes(store, keys)[0]
         used = usage.numbers("used:")
         removed: list[str] = []
+        # PCHs first: unlinking them frees the most, with no write at all
+        pchs = _prune_pchs(path, cutoff, limit, store.volume())
         if cutoff is not None:
             created = usage.json_numbers("meta:", "created") if len(used) < len(keys) else {}
             removed = [k for k in keys if (used.get(k) or created.get(k) or 0) < cutoff]
@@ -259,7 +284,8 @@ def prune_in_place(path: Path, limit: int | None, cutoff: float | None) -> dict:
             removed += _evict(store, limit, [k for k in keys if k not in set(removed)], used)
         return {"removed": len(removed), "bytes_freed": int(sum(sizes.get(k, 0) for k in removed)),
                 "keys": removed, "entries_left": len(keys) - len(removed),
-                "disk_bytes": store.volume(), "sources_removed": prune_sources(path, usage)}
+                "disk_bytes": store.volume(), "sources_removed": prune_sources(path, usage),
+                "pch_removed": pchs}
     finally:
         store.close()
 

@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-SUBDIRS = ("entries", "usage", "locks", "headers", "sources")
+SUBDIRS = ("entries", "usage", "locks", "headers", "sources", "pch")
 
 
 class Untrusted(OSError):

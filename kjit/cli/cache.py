@@ -143,6 +143,7 @@ def stats_cmd(remote: bool, as_json: bool) -> None:
                 + (f"\nunstorable {d['unstorable']} results returned but not stored (a header "
                    "changed while it compiled)" if d.get("unstorable") else "")
                 + _sources_line(d.get("sources") or {})
+                + _pch_line(d.get("pch") or {})
                 + cache_remote.local_lines(d))
     emit(s, as_json, text)
 
@@ -153,6 +154,14 @@ def _sources_line(d: dict) -> str:
         return ""
     failed = f"; {d['failed']} could not be written" if d.get("failed") else ""
     return f"\nsources    {d.get('files', 0)} kept for debuggers ({_size(d.get('bytes', 0))}{failed})"
+
+
+def _pch_line(d: dict) -> str:
+    """The precompiled headers' line (docs/headers.md), where there are any."""
+    if not d.get("files"):
+        return ""
+    return (f"\npch        {d['files']} precompiled headers ({_size(d.get('bytes', 0))}, "
+            "within the limit)")
 
 
 @cache_group.command("clear")

@@ -110,13 +110,13 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
                 if shown:
                     from .kept import unkept_log
                     log_text = unkept_log(log_text, shown)
-                kept = use.finish(log_text) if use is not None else log_text
+                kept = use.finish(log_text, prog) if use is not None else log_text
                 if kept is not None:
                     log_text = kept
                     break
                 nvrtc.nvrtcDestroyProgram(prog)
                 observe.forget_since(mark)
-                use = None
+                use = use.again()   # a PCH built again (its heap grown), else none
         try:
             if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
                 _, text = nvrtc.nvrtcGetErrorString(result)

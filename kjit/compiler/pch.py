@@ -1,24 +1,33 @@
-"""Precompiled headers for NVRTC, made and used inside one process where they pay.
+"""Precompiled headers for NVRTC: made once per prologue on the machine, used by any process.
 
 A compile of a CUB or CCCL kernel spends most of its time parsing headers. NVRTC can save
 the state after a source's include prologue (the directives before its first declaration)
-as a precompiled header (PCH) and start a later compile from it: ~0.3 s instead of ~2 s on
-the GPU machine's host. A PCH file is usable only by the NVRTC instance that wrote it, so
-each process keeps its own, in a private directory removed at exit.
+as a precompiled header (PCH) and start a later compile from it: ~0.55 s instead of ~1.7 s
+for a CUB + cooperative groups + fp16 prologue on the dev machine.
 
-When: the second compile in this process of a source with the same prologue, flags,
-in-memory headers, name and working directory builds one (the first compile may be the
-only one), or the first, where kjit.compile_many says more of them will follow in this
-worker (`expect_repeats`). The PCH is built by compiling the prologue alone
-(`--create-pch`), observed, so the files it was built from are exactly the files that
-compile read; each compile that uses it (`--use-pch`) adds those files to its own
-observation (observe.add), and its key is the key a compile without the PCH gets.
+Where: in the cache directory's pch/ (pch_store.py; counted against KJIT_CACHE_SIZE and
+LRU-evicted with the entries: kjit/cache/pchdir.py), so that the next process, the next run
+of an edited script, starts from it. NVRTC takes a PCH only in a process whose PCH heap
+starts where the writer's did: _pchheap.c pins the heap at one address in every process.
+Where the cache is off or untrusted, or the pin is unavailable, each process keeps its own,
+in a private directory removed at exit (pch_files.py), as before.
+
+When: a compile of a prologue that has a PCH starts from it. One without builds it where it
+pays: the second compile of the prologue (in this process, or in any process since: a mark
+in pch/ remembers the first), or the first, where kjit.compile_many says more of them follow
+in this worker (`expect_repeats`). It is built by that compile itself (`--create-pch` on the
+whole source: one compile, no separate build; the binary is the one a plain compile gives),
+or, where the source includes more after its prologue or that compile's log holds more than
+NVRTC's note, by an observed compile of the prologue alone. The PCH's files are the files its
+build read, observed as keys are; each compile that uses it (`--use-pch`) adds those files
+to its own observation (observe.add), and its key is the key a compile without the PCH gets.
 
 Never stale: NVRTC does not notice a header edited after its PCH was built (tested), so
-before each use the PCH's Snapshot is checked (stats, a re-read where a stat changed) and a
-PCH whose files changed is dropped and built again. A PCH that cannot be built (no include,
-an error, diagnostics the later compiles would not repeat, the heap too small twice) or
-that NVRTC refuses is counted and the compile runs without it; never an error.
+before each use, in every process, the PCH's Snapshot is checked (stats, a re-read where a
+stat changed, absent paths probed where their directory changed) and a PCH whose files
+changed is dropped and built again. A PCH that cannot be built (an error, diagnostics the
+later compiles would not repeat, the heap too small twice) or that NVRTC refuses is counted
+and the compile runs without it; never an error.
 
 Faults (pch_files.py): a PCH is built or used only where the temporary directories have
 room for it, and only while its file is the one NVRTC wrote (NVRTC maps it: SIGBUS
@@ -33,13 +42,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
-import functools
 import os
 import threading
 import time
 from typing import Any, Iterator, Sequence
 
-from . import pch_files
+from . import pch_files, pch_store
+from .prologue import prologue
 
 ENV = "KJIT_PCH"
 HEAP_MIN = 512 << 20     # CCCL needs ~336 MB; NVRTC's default (256 MB) only warns when short
@@ -55,10 +64,11 @@ expect_repeats: contextvars.ContextVar[bool] = contextvars.ContextVar("kjit_pch_
 
 _lock = threading.Lock()
 _counts = {"created": 0, "used": 0, "failed": 0, "rejected": 0, "stale": 0, "evicted": 0,
-           "damaged": 0, "no_space": 0}
+           "damaged": 0, "no_space": 0, "loaded": 0, "unpinned": 0}
 _seen: dict[str, int] = {}          # compiles per prologue key in this process
 _entries: dict[str, "_Pch"] = {}
 _bad: set[str] = set()              # prologues whose PCH could not be built or was refused
+_whole: set[str] = set()            # prologues whose PCH is built by a compile of them alone
 _evicted: set[str] = set()          # prologues whose PCH made room for another: not built again
 _state: dict[str, Any] = {"dir": None, "serial": 0, "heap": 0}
 _tls = threading.local()
@@ -74,7 +84,9 @@ def stats() -> dict[str, int]:
     built (failed), that NVRTC refused (rejected, compiled again without), dropped because
     a header they were built from changed (stale), to make room for another (evicted), or
     as their file was cut short or replaced (damaged: built again), and compiles without
-    one for want of room in the temporary directory (no_space)."""
+    one for want of room in the temporary directory (no_space); PCHs another process
+    made, taken from the cache directory (loaded); stored PCHs this process could not use
+    as its heap is not at the pinned address (unpinned)."""
     with _lock:
         return dict(_counts)
 
@@ -85,68 +97,22 @@ def note() -> str | None:
     return out
 
 
-# --- the prologue ------------------------------------------------------------------------------
-_SKIP = r"(?:\s+|//[^\n]*|/\*.*?\*/)+"                          # blanks and comments
-_DIRECTIVE = r"(?:#|%:)(?:[^\n\\/]|\\.|\\\n|/\*.*?\*/|/(?![*]))*"  # to its line's end
-_WORD = r"(?:#|%:)(?:\s|/\*.*?\*/)*(\w+)"
-
-
-@functools.lru_cache(maxsize=None)
-def _patterns() -> tuple:
-    """Compiled on a process's first miss, not at import (a disk hit never imports this)."""
-    import re
-    return tuple(re.compile(p, re.S) for p in (_SKIP, _DIRECTIVE, _WORD))
-
-
-def prologue(source: str) -> str | None:
-    """The source up to the end of its last leading preprocessor directive (NVRTC's header
-    stop is the first token after them), or None where it includes nothing or stops inside
-    an #if (NVRTC would not build a PCH there)."""
-    if "include" not in source:  # most small kernels: no scan (and no regex compiled)
-        return None
-    skip, directive, word_re = _patterns()
-    pos, end, depth, includes = 0, 0, 0, False
-    n = len(source)
-    while pos < n:
-        m = skip.match(source, pos)
-        if m:
-            pos = m.end()
-            continue
-        d = directive.match(source, pos)
-        if d is None:  # each directive runs to its line's end: every # here starts a line
-            break
-        word = word_re.match(source, pos)
-        kind = word.group(1) if word else ""
-        if kind in ("if", "ifdef", "ifndef"):
-            depth += 1
-        elif kind == "endif":
-            depth -= 1
-        elif kind in ("include", "include_next"):
-            includes = True
-        pos = d.end()
-        end = pos
-    if not includes or depth != 0:
-        return None
-    return source[:end] + "\n"
-
-
 def _key(prologue_text: str, name: str, flags: Sequence[str], headers: dict) -> str:
-    from ..cache import canonical
-    from ..hashing import sha256
-    return sha256(canonical([prologue_text, name, list(flags), sorted(headers.items()),
-                             os.getcwd()])).hexdigest()
+    """Everything NVRTC is given that a PCH depends on, and which NVRTC (pch_store.key)."""
+    return pch_store.key(prologue_text, name, flags, headers)
 
 
 # --- the PCHs ----------------------------------------------------------------------------------
 class _Pch:
-    __slots__ = ("path", "snapshot", "obs", "users", "used", "retired", "ident")
+    __slots__ = ("path", "snapshot", "obs", "users", "used", "retired", "ident", "store", "key")
 
-    def __init__(self, path: str, snapshot: Any, obs: Any):
+    def __init__(self, path: str, snapshot: Any, obs: Any, store: Any = None, key: str = ""):
         self.path, self.snapshot, self.obs = path, snapshot, obs
         self.users = 0
         self.used = 0.0
         self.retired = False
         self.ident = pch_files.ident(path)
+        self.store, self.key = store, key   # store: the cache's pch/ it is filed in, else None
 
     def intact(self) -> bool:
         """The file is the one NVRTC wrote (NVRTC maps it: one cut short ends the process)."""
@@ -180,27 +146,43 @@ class _Pch:
 
 class Use:
     """One compile's use of a PCH: the flags to put first, the directory the observer
-    ignores, and `finish` to read NVRTC's answer from the log."""
+    ignores, and `finish` to read NVRTC's answer from the log. With `create` (a path), the
+    compile builds the PCH there as it compiles (`--create-pch` on the whole source)."""
 
-    def __init__(self, pch: _Pch, name: str, created: bool):
-        self.pch, self.created = pch, created
-        self.flags = [f"--use-pch={pch.path}"]
-        self.ignore = (os.path.dirname(pch.path),)
-        self._line = f'"{name}": using precompiled header file "{pch.path}"\n'
+    def __init__(self, pch: _Pch | None, name: str, created: bool, create: str | None = None,
+                 build: tuple = ()):
+        self.pch, self.created, self.create, self.build = pch, created, create, build
+        self._name, self._heap_short = name, False
+        path = create or pch.path  # type: ignore[union-attr]
+        self.flags = [f"--create-pch={path}" if create else f"--use-pch={path}"]
+        self.ignore = (os.path.dirname(path),)
+        self.started = time.time()
+        word = "creating" if create else "using"
+        self._line = f'"{name}": {word} precompiled header file "{path}"\n'
 
-    def finish(self, log: str) -> str | None:
+    def finish(self, log: str, prog: Any = None) -> str | None:
         """The log without NVRTC's note that it used the PCH, with the PCH's files added to
         the compile's observation; None where NVRTC did not use it (counted): compile again
-        without, so the log holds no PCH warning."""
+        without (or see `again`), so the log holds no PCH warning. `prog`: the program."""
+        if self.create:
+            return self._created(log, prog)
         if self._line not in log:
+            # a stored PCH refused where this process's heap is not at the pinned address is
+            # no fault of the PCH's: it stays for the others
+            elsewhere = self.pch.store is not None and pch_store.placed() is False
             with _lock:
-                _counts["rejected"] += 1
-                if _counts["rejected"] >= 2 and not _counts["used"]:  # this NVRTC never takes one
-                    _state["off"] = "NVRTC refused every precompiled header"
+                if elsewhere:
+                    _counts["unpinned"] += 1
+                    _state["unpinned"] = True
+                else:
+                    _counts["rejected"] += 1
+                    if _counts["rejected"] >= 2 and not _counts["used"]:  # this NVRTC never takes one
+                        _state["off"] = "NVRTC refused every precompiled header"
                 for key, ent in list(_entries.items()):
                     if ent is self.pch:
-                        _bad.add(key)
-                        _retire(key)
+                        if not elsewhere:
+                            _bad.add(key)   # plain here; the next process builds it again
+                        _retire(key, drop=not elsewhere)
             return None
         from .keys import observe
         observe.add(self.pch.observation())
@@ -208,6 +190,118 @@ class Use:
             _counts["used"] += 1
         _tls.note = "created" if self.created else "used"
         return log.replace(self._line, "", 1)
+
+    def again(self) -> "Use | None":
+        """After finish said None: the compile once more, building the PCH again where its
+        heap was too small and could grow; else None (a plain compile)."""
+        if not self.create or not self._heap_short:
+            return None
+        key, store, _, lines = self.build
+        with _lock:
+            if not _grow_heap():
+                _counts["failed"] += 1
+                _bad.add(key)
+                return None
+            d = str(store) if store is not None else _private_dir()
+            if d is None:
+                return None
+            if store is None:
+                _state["serial"] += 1
+                path = os.path.join(d, f"{_state['serial']}.pch")
+            else:
+                path = pch_store.new_path(store, key)
+            return Use(None, self._name, True, create=path,
+                       build=(key, store, _state["heap"], lines))
+
+    def _created(self, log: str, prog: Any) -> str | None:
+        """The compile that built the PCH as it compiled: its log without NVRTC's note; the
+        PCH kept where that compile's observation keys it and NVRTC said nothing else (a
+        header's warning would be missing from the logs of the compiles that use it)."""
+        key, store, heap, lines = self.build
+        path = self.create
+        status = _create_status(prog)
+        if status == "heap":
+            self._heap_short = True
+        if status is not None or self._line not in log:
+            # not built: the prologue compiled alone decides why, counted there (_build); this
+            # compile runs again plain, or, where the heap was short, building it (again())
+            _remove(path)
+            with _lock:
+                _whole.add(key)
+            return None
+        log = log.replace(self._line, "", 1)
+        obs = _last_observation()
+        got = None
+        if obs is not None and _body_only(log, self._name, lines) \
+                and pch_files.ident(path) is not None:
+            from .keys.snapshot import from_observation
+            got = from_observation(obs, self.started)
+        with _lock:
+            if got is None:
+                if obs is not None and not _body_only(log, self._name, lines):
+                    _whole.add(key)   # the prologue alone decides (_build): its log is its own
+                else:
+                    _counts["failed"] += 1   # a header changed as it was read: next time
+                _remove(path)
+                return log
+            if store is not None:
+                rec = pch_store.save(store, key, path, got[0], obs, heap)
+                if rec is None:
+                    _counts["failed"] += 1
+                    return log
+                ent = _Pch(str(rec.path), rec.snapshot, rec.obs, store, key)
+            else:
+                ent = _Pch(path, got[0], obs)
+            ent.used = time.monotonic()
+            _entries[key] = ent
+            _counts["created"] += 1
+            _counts["used"] += 1
+        _tls.note = "created"
+        return log
+
+
+def _body_only(log: str, name: str, lines: int) -> bool:
+    """Whether every diagnostic in the log points past the prologue's `lines` lines of the
+    source `name` (an error in the kernel being edited), so that a compile using the PCH
+    would say the same; a header's warning, or anything else, is not."""
+    if not log.strip():
+        return True
+    import re
+    found = False
+    for line in log.splitlines():
+        m = re.match(r"(.+?)\((\d+)\): (?:error|warning|remark|catastrophic error)", line)
+        if m:
+            if m.group(1) != name or int(m.group(2)) <= lines:
+                return False
+            found = True
+        elif "warning" in line.lower() and "detected in the compilation" not in line:
+            return False
+    return found
+
+
+def _create_status(prog: Any) -> str | None:
+    """None where NVRTC made the PCH (or cannot say), "heap" where its heap was too small
+    (the size it needs noted), else "failed"."""
+    if prog is None:
+        return None
+    from cuda.bindings import nvrtc
+    ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
+    (status,) = nvrtc.nvrtcGetPCHCreateStatus(prog)
+    if status == ok:
+        return None
+    if status == nvrtc.nvrtcResult.NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED:
+        err, need = nvrtc.nvrtcGetPCHHeapSizeRequired(prog)
+        _state["need"] = int(need) if err == ok else 0
+        return "heap"
+    return "failed"
+
+
+def _last_observation() -> Any:
+    """The Observation of the compile this thread recorded last (in the collecting() block
+    around it: api's, or attempt's own where api collects none)."""
+    from .keys import observe
+    sink = getattr(observe._tls, "sink", None)
+    return sink[-1] if sink else None
 
 
 @contextlib.contextmanager
@@ -224,13 +318,21 @@ def attempt(source: str, name: str, flags: Sequence[str], headers: dict,
                 _counts["failed"] += 1
                 _state["off"] = f"{type(exc).__name__}: {exc}"
             use = None
+        own = None
+        if use is not None and use.create:
+            from .keys import observe
+            if getattr(observe._tls, "sink", None) is None:   # nothing collects: we do
+                own = observe.collecting()
+                own.__enter__()
         try:
             yield use
         finally:
-            if use is not None:
+            if own is not None:
+                own.__exit__(None, None, None)
+            if use is not None and use.pch is not None:
                 with _lock:
                     use.pch.users -= 1
-                    if use.pch.retired and use.pch.users == 0:
+                    if use.pch.retired and use.pch.users == 0 and use.pch.store is None:
                         _remove(use.pch.path)
 
 
@@ -245,51 +347,143 @@ def _use(source: str, name: str, flags: Sequence[str], headers: dict,
     from .keys import observe
     if not observe.available("cuda"):  # its files could not be known: keys would be wrong
         return None
+    store = _store()
+    key = _key(text, name, flags, headers)
     with _lock:
-        key = _key(text, name, flags, headers)
         seen = _seen.get(key, 0)
         if len(_seen) > 4096:
             _seen.clear()
         _seen[key] = seen + 1
         ent = _entries.get(key)
         if ent is not None and not ent.intact():
-            _counts["damaged"] += 1   # this compile runs without it; the next builds it again
             _retire(key)
-            return None
+            if ent.store is None or pch_store.file_of(ent.store, key) == ent.path:
+                _counts["damaged"] += 1   # this compile runs without it; the next builds it again
+                if ent.store is not None:
+                    pch_store.drop(ent.store, key)
+                return None
+            ent = None   # another process filed a new one under its name: that one is loaded
         if ent is not None and not ent.holds():
             _counts["stale"] += 1
-            _retire(key)
+            _retire(key, drop=True)
             ent = None
+        if ent is None and store is not None and key not in _bad:
+            ent = _load(store, key)
+            if ent is False:
+                return None
         created = False
         if ent is None:
-            if key in _bad or key in _evicted or (seen == 0 and not expect_repeats.get()):
+            if key in _bad or key in _evicted:
                 return None
-            if not _room(building=True):
+            if seen == 0 and not expect_repeats.get():
+                if store is None or not pch_store.seen(store, key):
+                    if store is not None:
+                        pch_store.mark_seen(store, key)   # the next compile of it, anywhere, builds
+                    return None
+            if not _room(building=True, where=store):
                 _counts["no_space"] += 1   # tried again at the next compile
                 return None
-            ent = _build(key, text, name, flags, headers, anchored)
+            if key not in _whole and not _includes_later(source, text):
+                d = str(store) if store is not None else _private_dir()
+                if d is None:
+                    _counts["failed"] += 1
+                    return None
+                heap = _heap()
+                if store is None:
+                    _evict()
+                    _state["serial"] += 1
+                    path = os.path.join(d, f"{_state['serial']}.pch")
+                else:
+                    path = pch_store.new_path(store, key)
+                return Use(None, name, True, create=path, build=(key, store, heap, text.count("\n")))
+            ent = _build(key, text, name, flags, headers, anchored, store)
             if ent is None:
                 return None
             created = True
-        elif not _room(building=False):
+        elif not _room(building=False, where=store):
             _counts["no_space"] += 1
             return None
+        if ent.store is not None:
+            pch_store.touch(ent.store, key)
         ent.users += 1
         ent.used = time.monotonic()
         return Use(ent, name, created)
 
 
+def _includes_later(source: str, text: str) -> bool:
+    """Whether the source may read a header after its prologue (an #include, __has_include):
+    a PCH built by its compile would hold those files too, and the compiles using it would
+    be keyed by them."""
+    return "include" in source[len(text) - 1:]
+
+
+def _store() -> Any:
+    """The cache's pch/ where PCHs are shared across processes (the heap pinned), else None."""
+    if _state.get("unpinned") or _state.get("nostore"):
+        return None
+    d = pch_store.directory()
+    if d is None:
+        return None
+    if _state.get("pinned") is None:
+        try:   # the private directories killed processes left (pch_files.make_dir sweeps too)
+            import tempfile
+            pch_files.sweep(tempfile.gettempdir(), _DIR_PREFIX)
+        except Exception:
+            pass
+        from .facts import loaded_nvrtc
+        try:
+            loaded_nvrtc()
+            _state["pinned"] = pch_store.pin(max(_state["heap"], HEAP_MIN))
+        except Exception:
+            _state["pinned"] = False
+        if not _state["pinned"]:
+            _state["nostore"] = True
+            return None
+    if pch_store.placed() is False:   # the range was taken: PCHs here serve this process only
+        _state["unpinned"] = True
+        return None
+    return d
+
+
+def _load(store: Any, key: str) -> Any:
+    """Another process's PCH of this prologue, checked (under _lock): a _Pch, None where there
+    is none usable (a stale or damaged one is dropped, counted), False where one is there
+    but this process cannot use it now (its heap too small, and already mapped)."""
+    rec = pch_store.load(store, key)
+    if rec is None:
+        return None
+    try:
+        ok = rec.snapshot.check()
+    except (OSError, TypeError, ValueError, IndexError, AttributeError):
+        ok = False
+    if not ok:
+        _counts["stale"] += 1
+        pch_store.drop(store, key)
+        return None
+    if rec.snapshot.updated:
+        pch_store.refresh(rec, key)
+    if rec.heap > _heap():
+        if pch_store.placed() is not None or not _set_heap(rec.heap):
+            return False
+    ent = _entries[key] = _Pch(str(rec.path), rec.snapshot, rec.obs, store, key)
+    _counts["loaded"] += 1
+    return ent
+
+
 def _build(key: str, text: str, name: str, flags: Sequence[str], headers: dict,
-           anchored: tuple[str, ...]) -> _Pch | None:
+           anchored: tuple[str, ...], store: Any = None) -> _Pch | None:
     """Compile the prologue alone, observed, writing its PCH (under _lock)."""
     from .keys.snapshot import from_observation
-    d = _private_dir()
+    d = str(store) if store is not None else _private_dir()
     if d is None:
         _counts["failed"] += 1
         return None
-    _evict()
-    _state["serial"] += 1
-    path = os.path.join(d, f"{_state['serial']}.pch")
+    if store is None:
+        _evict()
+        _state["serial"] += 1
+        path = os.path.join(d, f"{_state['serial']}.pch")
+    else:
+        path = pch_store.new_path(store, key)
     for _ in range(2):
         _heap()
         started = time.time()
@@ -308,7 +502,14 @@ def _build(key: str, text: str, name: str, flags: Sequence[str], headers: dict,
         _counts["failed"] += 1
         _remove(path)
         return None
-    ent = _entries[key] = _Pch(path, got[0], obs)
+    if store is not None:
+        rec = pch_store.save(store, key, path, got[0], obs, _state["heap"])
+        if rec is None:
+            _counts["failed"] += 1
+            return None
+        ent = _entries[key] = _Pch(str(rec.path), rec.snapshot, rec.obs, store, key)
+    else:
+        ent = _entries[key] = _Pch(path, got[0], obs)
     _counts["created"] += 1
     return ent
 
@@ -349,8 +550,9 @@ def _compile_prologue(text: str, name: str, flags: list, headers: dict,
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def _room(building: bool) -> bool:
-    return pch_files.room(max(_state["heap"], HEAP_MIN), _state["dir"], building)
+def _room(building: bool, where: Any = None) -> bool:
+    return pch_files.room(max(_state["heap"], HEAP_MIN),
+                          str(where) if where is not None else _state["dir"], building)
 
 
 def _heap() -> int:
@@ -363,7 +565,21 @@ def _heap() -> int:
         if size < HEAP_MIN and nvrtc.nvrtcSetPCHHeapSize(HEAP_MIN)[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS:
             size = HEAP_MIN
         _state["heap"] = size
+        if _state.get("pinned"):
+            pch_store.pin(size)
     return _state["heap"]
+
+
+def _set_heap(size: int) -> bool:
+    """The heap's size set to `size` (before its first mapping: another process's PCH needs
+    a heap at least as large as the one it was made with)."""
+    from cuda.bindings import nvrtc
+    if nvrtc.nvrtcSetPCHHeapSize(size)[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return False
+    _state["heap"] = size
+    if _state.get("pinned"):
+        pch_store.pin(size)
+    return True
 
 
 def _grow_heap() -> bool:
@@ -379,14 +595,21 @@ def _grow_heap() -> bool:
     for key in list(_entries):
         _retire(key)
     _state["heap"] = size
+    if _state.get("pinned"):
+        pch_store.pin(size)
     return True
 
 
-def _retire(key: str) -> None:
+def _retire(key: str, drop: bool = False) -> None:
+    """Forget a PCH in this process; its file goes where it is this process's own, and a
+    stored one's with its record where `drop` (stale, damaged, refused)."""
     ent = _entries.pop(key, None)
     if ent is not None:
         ent.retired = True
-        if ent.users == 0:
+        if ent.store is not None:
+            if drop:
+                pch_store.drop(ent.store, key)
+        elif ent.users == 0:
             _remove(ent.path)
 
 
@@ -394,8 +617,9 @@ def _evict() -> None:
     """Keep at most MAX_KEPT - 1 PCHs before a new one (the least recently used go). A
     prologue whose PCH went is not given another: prologues taking turns would otherwise
     each pay for a new PCH at every turn."""
-    idle = sorted((e.used, k) for k, e in _entries.items() if e.users == 0)
-    for _, key in idle[:max(0, len(_entries) - MAX_KEPT + 1)]:
+    own = {k: e for k, e in _entries.items() if e.store is None}   # the cache's are the cache's
+    idle = sorted((e.used, k) for k, e in own.items() if e.users == 0)
+    for _, key in idle[:max(0, len(own) - MAX_KEPT + 1)]:
         _counts["evicted"] += 1
         _evicted.add(key)
         _retire(key)
@@ -422,6 +646,12 @@ def _private_dir() -> str | None:
 def directory() -> str | None:
     """This process's PCH directory, if it made one."""
     return _state["dir"]
+
+
+def files() -> list[str]:
+    """The files of the PCHs this process knows (its own, and the cache's it used)."""
+    with _lock:
+        return [e.path for e in _entries.values()]
 
 
 def cleanup() -> None:
