@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import kjit
-from kjit.compiler import observe, pch_store
+from kjit.compiler import pch_store
+from kjit.compiler.keys import observe
 
 ROOT = Path(kjit.__file__).resolve().parent.parent
 
