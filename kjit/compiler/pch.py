@@ -384,17 +384,10 @@ def _use(source: str, name: str, flags: Sequence[str], headers: dict,
                 _counts["no_space"] += 1   # tried again at the next compile
                 return None
             if key not in _whole and not _includes_later(source, text):
-                d = str(store) if store is not None else _private_dir()
-                if d is None:
-                    _counts["failed"] += 1
+                path = _new_file(key, store)
+                if path is None:
                     return None
                 heap = _heap()
-                if store is None:
-                    _evict()
-                    _state["serial"] += 1
-                    path = os.path.join(d, f"{_state['serial']}.pch")
-                else:
-                    path = pch_store.new_path(store, key)
                 return Use(None, name, True, create=path, build=(key, store, heap, text.count("\n")))
             ent = _build(key, text, name, flags, headers, anchored, store)
             if ent is None:
@@ -470,25 +463,32 @@ def _load(store: Any, key: str) -> Any:
     return ent
 
 
+def _new_file(key: str, store: Any) -> str | None:
+    """Where the next PCH file goes: the cache's pch/ (a new name per build), else this
+    process's private directory, making room there first; None (counted) where neither is."""
+    if store is not None:
+        return pch_store.new_path(store, key)
+    d = _private_dir()
+    if d is None:
+        _counts["failed"] += 1
+        return None
+    _evict()
+    _state["serial"] += 1
+    return os.path.join(d, f"{_state['serial']}.pch")
+
+
 def _build(key: str, text: str, name: str, flags: Sequence[str], headers: dict,
            anchored: tuple[str, ...], store: Any = None) -> _Pch | None:
     """Compile the prologue alone, observed, writing its PCH (under _lock)."""
     from .keys.snapshot import from_observation
-    d = str(store) if store is not None else _private_dir()
-    if d is None:
-        _counts["failed"] += 1
+    path = _new_file(key, store)
+    if path is None:
         return None
-    if store is None:
-        _evict()
-        _state["serial"] += 1
-        path = os.path.join(d, f"{_state['serial']}.pch")
-    else:
-        path = pch_store.new_path(store, key)
     for _ in range(2):
         _heap()
         started = time.time()
         outcome = _compile_prologue(text, name, [f"--create-pch={path}"] + list(flags), headers,
-                                    anchored, (d,))
+                                    anchored, (os.path.dirname(path),))
         if outcome != "heap" or not _grow_heap():
             break
     if not isinstance(outcome, tuple):
