@@ -24,6 +24,7 @@ import binascii
 import functools
 import json
 import os
+import secrets
 import stat
 import time
 from pathlib import Path
@@ -121,7 +122,7 @@ def directory() -> Path | None:
 
 def new_path(d: Path, k: str) -> str:
     """A new name for NVRTC to write a PCH to (renamed by save)."""
-    return str(d / f"{k}-{os.urandom(6).hex()}.pch.tmp")
+    return str(d / f"{k}-{secrets.token_hex(6)}.pch.tmp")
 
 
 # --- records ---------------------------------------------------------------------------------------
