@@ -52,7 +52,6 @@ from .prologue import prologue
 
 ENV = "KJIT_PCH"
 HEAP_MIN = 512 << 20     # CCCL needs ~336 MB; NVRTC's default (256 MB) only warns when short
-BUILD_WAIT_S = 60.0       # the longest a compile waits for another process's build of its PCH
 MAX_KEPT = 2             # PCH files kept per process (a CUB prologue's is ~340 MB)
 _DIR_PREFIX = "kjit-pch-"
 # the user's own PCH flags; a time trace the prologue's compile would write too
@@ -65,7 +64,7 @@ expect_repeats: contextvars.ContextVar[bool] = contextvars.ContextVar("kjit_pch_
 
 _lock = threading.Lock()
 _counts = {"created": 0, "used": 0, "failed": 0, "rejected": 0, "stale": 0, "evicted": 0,
-           "damaged": 0, "no_space": 0, "loaded": 0, "unpinned": 0, "waited": 0}
+           "damaged": 0, "no_space": 0, "loaded": 0, "unpinned": 0}
 _seen: dict[str, int] = {}          # compiles per prologue key in this process
 _entries: dict[str, "_Pch"] = {}
 _bad: set[str] = set()              # prologues whose PCH could not be built or was refused
@@ -87,8 +86,7 @@ def stats() -> dict[str, int]:
     as their file was cut short or replaced (damaged: built again), and compiles without
     one for want of room in the temporary directory (no_space); PCHs another process
     made, taken from the cache directory (loaded); stored PCHs this process could not use
-    as its heap is not at the pinned address (unpinned); compiles that waited for another
-    process's build of their PCH, or ran plain while it was being built (waited)."""
+    as its heap is not at the pinned address (unpinned)."""
     with _lock:
         return dict(_counts)
 
@@ -204,9 +202,14 @@ class Use:
                 _counts["failed"] += 1
                 _bad.add(key)
                 return None
-            path = _new_file(key, store)
-            if path is None:
+            d = str(store) if store is not None else _private_dir()
+            if d is None:
                 return None
+            if store is None:
+                _state["serial"] += 1
+                path = os.path.join(d, f"{_state['serial']}.pch")
+            else:
+                path = pch_store.new_path(store, key)
             return Use(None, self._name, True, create=path,
                        build=(key, store, _state["heap"], lines))
 
@@ -326,8 +329,6 @@ def attempt(source: str, name: str, flags: Sequence[str], headers: dict,
         finally:
             if own is not None:
                 own.__exit__(None, None, None)
-            if use is not None and use.create and use.build[1] is not None:
-                pch_store.release(use.build[1], use.build[0])   # filed or not: others go on
             if use is not None and use.pch is not None:
                 with _lock:
                     use.pch.users -= 1
@@ -348,21 +349,6 @@ def _use(source: str, name: str, flags: Sequence[str], headers: dict,
         return None
     store = _store()
     key = _key(text, name, flags, headers)
-    for _ in range(2):   # a second time where another process began building it meanwhile
-        if store is not None and key not in _entries and pch_store.await_build(store, key, BUILD_WAIT_S):
-            with _lock:   # another process built it: this compile starts from it, not beside it
-                _counts["waited"] += 1
-        use = _use_here(source, name, flags, headers, anchored, text, store, key)
-        if use is not _CLAIMED:
-            return use
-    return None
-
-
-_CLAIMED = object()   # _use_here: another process claimed the build first
-
-
-def _use_here(source: str, name: str, flags: Sequence[str], headers: dict,
-              anchored: tuple[str, ...], text: str, store: Any, key: str) -> Any:
     with _lock:
         seen = _seen.get(key, 0)
         if len(_seen) > 4096:
@@ -397,20 +383,13 @@ def _use_here(source: str, name: str, flags: Sequence[str], headers: dict,
             if not _room(building=True, where=store):
                 _counts["no_space"] += 1   # tried again at the next compile
                 return None
-            if store is not None and not pch_store.claim(store, key):
-                return _CLAIMED   # another process builds it now: wait for it
             if key not in _whole and not _includes_later(source, text):
                 path = _new_file(key, store)
                 if path is None:
-                    pch_store.release(store, key)
                     return None
                 heap = _heap()
                 return Use(None, name, True, create=path, build=(key, store, heap, text.count("\n")))
-            try:
-                ent = _build(key, text, name, flags, headers, anchored, store)
-            finally:
-                if store is not None:
-                    pch_store.release(store, key)
+            ent = _build(key, text, name, flags, headers, anchored, store)
             if ent is None:
                 return None
             created = True
