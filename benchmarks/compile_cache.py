@@ -227,9 +227,7 @@ def _observation_cost(runs: int = 5) -> dict:
 def headers_run() -> dict:
     """The toolkit-header kernel against a small one: cold compile, in-process repeat (with
     change notification, and with the stat check it replaces), a fresh process's disk hit
-    beyond `import kjit` (from its manifest, and resolving includes without one). No GPU:
-    compiles for sm_90."""
-    import shutil
+    beyond `import kjit` (from its manifest). No GPU: compiles for sm_90."""
     from kjit.compiler import include_path
     from kjit.compiler.keys import includes, watch
     out: dict = {}
@@ -268,16 +266,6 @@ def headers_run() -> dict:
                 out[f"{name} kernel: fresh-process disk hit beyond import kjit ms"] = statistics.median(comp)
                 # both machines' runs fall in a fast and a slow group: say how far apart
                 out[f"{name} kernel: same, min-max of {HIT_RUNS} runs"] = f"{min(comp):.1f}-{max(comp):.1f} ms"
-            manifests = cache / "headers"
-            # without a manifest an observed compile's key is known only by compiling: this
-            # figure is the scanner's (KJIT_OBSERVE=0), where includes are resolved instead
-            scan_env = dict(env, KJIT_OBSERVE="0")
-            subprocess.run([sys.executable, "-c", "import kjit; kjit.compile(open(%r).read(), "
-                            "arch='sm_90')" % str(paths["headers"])], env=scan_env, check=True)
-            nothing = _fresh_hits({"headers": paths["headers"]}, scan_env,
-                                  before=lambda: shutil.rmtree(manifests, ignore_errors=True))
-            out["headers kernel: same, no manifest (resolving includes, KJIT_OBSERVE=0) ms"] = \
-                statistics.median(c for _, c in nothing["headers"])
             out.update(_observation_cost())
         finally:
             if saved is None:
