@@ -25,10 +25,17 @@ from kjit.cache import CacheWarning, backend, registry, remote, shared
 from kjit.cache.key import key_hash
 from kjit.errors import InvalidOptionError
 from kjit.objectcode import ObjectCode
+from cache_nodes import lookup_in, node, ptx
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 NS = "backend-test"
+
+
+def lookup(tag: str, created: list | None = None) -> ObjectCode:
+    return lookup_in(NS, tag, created)
+
+
 DIR_TIER = "dir_tier:DirectoryTier"
 
 
@@ -47,23 +54,6 @@ def dir_env(tmp_path, monkeypatch):
     if shared._active is not None:
         shared._active.close()
     shared._pending.clear()  # this process's unsaved counts: not for the next test's cache
-
-
-def ptx(tag: str) -> ObjectCode:
-    text = f".version 9.0\n.target sm_90\n.address_size 64\n.visible .entry {tag}()\n{{\nret;\n}}\n"
-    return ObjectCode(text.encode(), kind="ptx", name=tag)
-
-
-def lookup(tag: str, created: list | None = None) -> ObjectCode:
-    def create():
-        if created is not None:
-            created.append(tag)
-        return ptx(tag)
-    return kjit.cache.get_or_create(NS, {"tag": tag}, create)
-
-
-def node(monkeypatch, tmp_path: Path, name: str) -> None:
-    monkeypatch.setenv("KJIT_CACHE_DIR", str(tmp_path / name))
 
 
 def value_file(root: Path, tag: str) -> Path:

@@ -18,9 +18,14 @@ import kjit.cache
 from kjit.cache import CacheWarning, entry, remote, shared
 from kjit.errors import InvalidOptionError, KjitError
 from kjit.objectcode import ObjectCode
+from cache_nodes import lookup_in, node, ptx
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "remote-test"
+
+
+def lookup(tag: str, created: list | None = None) -> ObjectCode:
+    return lookup_in(NS, tag, created)
 
 # One "node" in its own process: compiles with NVRTC through the cache and reports what the
 # cache did (its events), the code's digest, and whether redis-py was loaded.
@@ -44,24 +49,6 @@ def run_node(cache_dir: Path, source: str, **env: str) -> dict:
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
-
-
-def ptx(tag: str) -> ObjectCode:
-    text = f".version 9.0\n.target sm_90\n.address_size 64\n.visible .entry {tag}()\n{{\nret;\n}}\n"
-    return ObjectCode(text.encode(), kind="ptx", name=tag)
-
-
-def node(monkeypatch, tmp_path: Path, name: str) -> None:
-    """Switch this process to another node's cache directory (its own memory layer too)."""
-    monkeypatch.setenv("KJIT_CACHE_DIR", str(tmp_path / name))
-
-
-def lookup(tag: str, created: list | None = None) -> ObjectCode:
-    def create():
-        if created is not None:
-            created.append(tag)
-        return ptx(tag)
-    return kjit.cache.get_or_create(NS, {"tag": tag}, create)
 
 
 def tier():
