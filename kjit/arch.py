@@ -47,6 +47,11 @@ class Arch(NamedTuple):
 def parse(arch: str | int | Arch, backend: str = "cuda") -> Arch:
     """Parse an architecture name; InvalidOptionError names the accepted forms."""
     if isinstance(arch, Arch):
+        if arch.backend != backend:   # a gfx target handed to NVRTC, or sm_90 to hiprtc
+            raise InvalidOptionError(
+                f"arch {arch.name!r} is a {arch.backend.upper()} target, and this is a "
+                f"{backend.upper()} compile: pass backend={arch.backend!r}, or an arch of the "
+                f"{backend.upper()} backend")
         return arch
     if isinstance(arch, bool) or not isinstance(arch, (str, int)):
         raise InvalidOptionError(f"arch must be a string like 'sm_90' (or an int like 90), got {arch!r}")
