@@ -44,9 +44,17 @@ class Arch(NamedTuple):
         return self.name
 
 
+_VENDOR_NAMES = {"cuda": "CUDA", "hip": "HIP"}
+
+
 def parse(arch: str | int | Arch, backend: str = "cuda") -> Arch:
     """Parse an architecture name; InvalidOptionError names the accepted forms."""
     if isinstance(arch, Arch):
+        if arch.backend != backend:   # a gfx target handed to NVRTC, or sm_90 to hiprtc
+            theirs, ours = (_VENDOR_NAMES.get(b, b) for b in (arch.backend, backend))
+            raise InvalidOptionError(
+                f"arch {arch.name!r} is a {theirs} target, and this is a {ours} compile: pass "
+                f"backend={arch.backend!r}, or an arch of the {ours} backend")
         return arch
     if isinstance(arch, bool) or not isinstance(arch, (str, int)):
         raise InvalidOptionError(f"arch must be a string like 'sm_90' (or an int like 90), got {arch!r}")

@@ -167,3 +167,11 @@ def test_supported_archs_are_what_the_compile_accepts():
         check_supported(parse(unlisted))   # ...and the refusal lists the same ones
     with pytest.raises(InvalidOptionError, match="'cuda' or 'hip'"):
         kjit.supported_archs("opencl")
+
+
+def test_an_arch_of_the_other_backend_is_refused_before_compiling():
+    import kjit
+    with pytest.raises(InvalidOptionError, match="HIP target.*backend='hip'"):
+        kjit.compile('extern "C" __global__ void k() {}', arch=Arch("gfx90a", "hip"))
+    with pytest.raises(InvalidOptionError, match="CUDA target.*backend='cuda'"):
+        parse(Arch("sm_90", "cuda"), "hip")

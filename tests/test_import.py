@@ -155,3 +155,13 @@ def test_a_disk_hit_imports_only_what_it_uses(tmp_path):
     (miss_hit, miss_mods), (hit, hit_mods) = seen
     assert miss_hit is False and {"diskcache", "pickle", "kjit.compiler.nvrtc"} <= set(miss_mods)
     assert hit is True and hit_mods == []
+
+
+def test_autotune_loads_no_cache_administration():
+    """`@kjit.autotune` reads and writes records through the lookup; the `kjit tune` listing
+    and clearing (kjit.cache's admin, diskcache, sqlite3) load only when asked for."""
+    code = ("import sys, kjit, kjit.tune; "
+            "print([m for m in ('kjit.cache.admin', 'diskcache', 'sqlite3') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, timeout=120, check=True).stdout
+    assert out.strip() == "[]", out

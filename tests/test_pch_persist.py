@@ -249,3 +249,39 @@ def test_a_pch_too_large_for_the_cap_is_not_kept(monkeypatch, tmp_path):
     monkeypatch.setenv("KJIT_CACHE_SIZE", "2M")
     assert not pch_stored("e" * 64, 3 << 20)
     assert pch_stored("e" * 64, 512 << 10)
+
+
+def test_a_pch_and_its_binaries_serve_jobs_with_their_own_temporary_directory(tree, tmp_path):
+    """NVRTC reads TMPDIR only for the file behind a PCH's heap: a job with another TMPDIR
+    (SLURM's per-job one, a CI runner's) uses the stored PCH and hits the binaries made with
+    it, and the binary is the same."""
+    tmps = [tmp_path / "job1", tmp_path / "job2"]
+    for t in tmps:
+        t.mkdir()
+    _run(tree, 1, env={"TMPDIR": str(tmps[0])})
+    made = _run(tree, 2, env={"TMPDIR": str(tmps[0])})
+    assert made["pch"] == "created"
+    _settle()
+    other = _run(tree, 3, env={"TMPDIR": str(tmps[1])})
+    assert other["pch"] == "used" and other["same"] and other["stats"]["stale"] == 0
+
+
+def test_a_pch_filed_meanwhile_from_headers_since_edited_is_not_taken(tree):
+    """Another process filed a PCH under the key while this one built its own from the
+    headers as they are now: save() keeps ours rather than hand back theirs (stale)."""
+    from kjit.compiler.keys.snapshot import Snapshot
+    _built(tree)
+    d = tree["cache"] / "pch"
+    [rec_file] = d.glob("*.json")
+    key = rec_file.name[:-5]
+    theirs = pch_store.load(d, key)
+    assert theirs is not None
+    (tree["inc"] / "h.h").write_text("#pragma once\ntemplate <class T> __device__ T twice(T x) "
+                                     "{ return x + x; }\n#define K 7\n")
+    _settle()
+    assert not theirs.snapshot.check()    # their build read the header as it was
+    tmp = pch_store.new_path(d, key)
+    Path(tmp).write_bytes(b"ours")
+    ours = pch_store.save(d, key, tmp, Snapshot.from_json(theirs.snapshot.to_json()), theirs.obs,
+                          theirs.heap)
+    assert ours is None or ours.path != theirs.path, "a PCH of the old header was handed back"

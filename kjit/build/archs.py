@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .. import arch as arch_mod
-from ..compiler import check_supported, nvrtc_supported
+from .. import compiler   # its face: read at each call
 from ..errors import InvalidOptionError
 
 def resolve_archs(values: Sequence[str], backend: str = "cuda") -> list[str]:
@@ -20,12 +20,12 @@ def resolve_archs(values: Sequence[str], backend: str = "cuda") -> list[str]:
             if backend == "hip":
                 raise InvalidOptionError("--arch all is for CUDA; name the gfx targets for HIP, "
                                          "e.g. --arch gfx90a,gfx942")
-            out += [arch_mod.parse(f"sm_{n}") for n in nvrtc_supported()]
+            out += [arch_mod.parse(f"sm_{n}") for n in compiler.nvrtc_supported()]
         elif low == "native":
             out += _native_archs(backend)
         else:
             a = arch_mod.parse(name, backend)
-            check_supported(a)
+            compiler.check_supported(a)
             out.append(a)
     unique = {a.name: a for a in out}
     return [a.name for a in sorted(unique.values(), key=lambda a: (a.number, a.suffix, a.name))]
@@ -50,7 +50,7 @@ def _native_archs(backend: str) -> list[Any]:
     found = [arch_mod.parse(f"sm_{ma}{mi}") for ma, mi in
              (driver.compute_capability(i) for i in range(count))]
     for a in found:
-        check_supported(a)
+        compiler.check_supported(a)
     return found
 
 
@@ -71,7 +71,7 @@ def resolve_ptx(archs: Sequence[str], ptx_values: Sequence[str], no_ptx: bool) -
     out = {}
     for name in names:
         a = arch_mod.parse(name)
-        check_supported(a)
+        compiler.check_supported(a)
         out[a.compute] = a
     return [n for n, _ in sorted(out.items(), key=lambda kv: (kv[1].number, kv[1].suffix))]
 

@@ -20,7 +20,7 @@ from .events import CacheEvent, add_listener, remove_listener
 from .key import KEY_ENV_VARS, SCHEMA_VERSION, canonical, digest, env_fingerprint, key_hash
 from .key import sha256 as sha256_hex   # of bytes or text, as keys write it
 from .lookup import (PendingKey, bypass, creation_lock, current as current_cache, enabled_by_env,
-                     get_or_create, lookup_hashed, peek, shared_tier)
+                     get_or_create, lookup_hashed, peek)
 
 # The rest loads on first use: a compile's disk hit needs none of it.
 __getattr__ = lazy_names(__name__, {
@@ -34,6 +34,7 @@ __getattr__ = lazy_names(__name__, {
     # the shared tier
     "configure_remote": "remote:configure", "RemoteConfig": "remote", "TierError": "remote",
     "describe_remote": "admin", "REDIS_BACKEND": "registry:REDIS",
+    "shared_tier": "lookup",   # read at each call: a tier configured or patched later is seen
     "HeldLease": "shared", "LEASE_RECHECK_S": "shared:RECHECK_S",
     # whose directories may be read, and which one is written
     "trusted": "trust", "read_private": "trust", "Untrusted": "trust",

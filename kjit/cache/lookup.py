@@ -259,7 +259,7 @@ def lookup_hashed(k: str | PendingKey, namespace: str, create: Callable[[], Obje
     if t0 is None:
         t0 = time.perf_counter()
     pending = None
-    if k.__class__ is not str:   # a PendingKey
+    if isinstance(k, PendingKey):   # a PendingKey
         pending, k = k, k.key
         if k is None:
             try:

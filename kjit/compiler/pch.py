@@ -244,6 +244,9 @@ class Use:
                     _counts["failed"] += 1   # a header changed as it was read: next time
                 _remove(path)
                 return log
+            if store is not None and not _pinned_here():
+                _remove(path)   # made away from the pinned address: no other process could use it
+                return log
             if store is not None:
                 rec = pch_store.save(store, key, path, got[0], obs, heap)
                 if rec is None:
@@ -502,6 +505,9 @@ def _build(key: str, text: str, name: str, flags: Sequence[str], headers: dict,
         _counts["failed"] += 1
         _remove(path)
         return None
+    if store is not None and not _pinned_here():
+        _remove(path)
+        return None
     if store is not None:
         rec = pch_store.save(store, key, path, got[0], obs, _state["heap"])
         if rec is None:
@@ -512,6 +518,16 @@ def _build(key: str, text: str, name: str, flags: Sequence[str], headers: dict,
         ent = _entries[key] = _Pch(path, got[0], obs)
     _counts["created"] += 1
     return ent
+
+
+def _pinned_here() -> bool:
+    """Whether the PCH just made had NVRTC's heap at the pinned address (under _lock); where
+    not, this process's PCHs stay out of the cache's pch/ from now on (counted)."""
+    if pch_store.placed() is True:
+        return True
+    _counts["unpinned"] += 1
+    _state["unpinned"] = True
+    return False
 
 
 def _compile_prologue(text: str, name: str, flags: list, headers: dict,
@@ -607,7 +623,7 @@ def _retire(key: str, drop: bool = False) -> None:
     if ent is not None:
         ent.retired = True
         if ent.store is not None:
-            if drop:
+            if drop and pch_store.file_of(ent.store, key) == ent.path:   # not another's since
                 pch_store.drop(ent.store, key)
         elif ent.users == 0:
             _remove(ent.path)

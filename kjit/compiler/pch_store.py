@@ -69,11 +69,19 @@ def placed() -> bool | None:
     return addr == PIN_ADDR
 
 
-@functools.lru_cache(maxsize=None)
 def _library() -> list:
     """The libnvrtc file the pin found (path, size, mtime): another build at the same path is
-    another key."""
+    another key. Remembered only once the pin has found it (asked earlier, it is not known)."""
+    if "library" in _state:
+        return _state["library"]
     path = _state.get("lib") or ""
+    if path:
+        _state["library"] = _file_identity(path)
+        return _state["library"]
+    return _file_identity(path)
+
+
+def _file_identity(path: str) -> list:
     try:
         st = os.stat(path)
         return [os.path.realpath(path), st.st_size, st.st_mtime_ns]
@@ -209,7 +217,7 @@ def save(d: Path, k: str, tmp: str, snapshot: Any, obs: Any, heap: int) -> Recor
     from ..cache import pch_stored
     from ..fileio import replace_with
     theirs = load(d, k)
-    if theirs is not None:
+    if theirs is not None and _holds(theirs):   # filed meanwhile from the headers as they are
         _unlink(tmp)
         return theirs
     final = tmp[:-len(".tmp")]
@@ -234,6 +242,15 @@ def save(d: Path, k: str, tmp: str, snapshot: Any, obs: Any, heap: int) -> Recor
         drop(d, k)
         return None
     return Record(Path(final), snapshot, obs, heap, _ident(st), d / f"{k}.json")
+
+
+def _holds(rec: Record) -> bool:
+    """Whether every file another process's PCH was built from is as it was then: one built
+    from a header since edited is replaced by ours, never used."""
+    try:
+        return bool(rec.snapshot.check())
+    except (OSError, TypeError, ValueError, IndexError, KeyError, AttributeError):
+        return False
 
 
 def _sweep_key(d: Path, k: str, keep: str) -> None:
@@ -270,6 +287,8 @@ def refresh(rec: Record, k: str) -> None:
     from ..fileio import replace_with
     try:
         data = json.loads(read_record(rec.path.parent, k))
+        if data.get("file") != rec.path.name or data.get("ident") != rec.ident:
+            return   # another process filed another PCH under the key: its Snapshot is its own
         data["snapshot"] = rec.snapshot.to_json()
         payload = json.dumps(data, separators=(",", ":")).encode()
         replace_with(rec.file, _check_line(payload) + b"\n" + payload)

@@ -12,7 +12,7 @@ import math
 import warnings
 from typing import Any, Callable
 
-from ..cache import delete, get_or_create, key_hash, ls, peek as peek_entry, read_local
+from ..cache import get_or_create, key_hash, peek as peek_entry
 from ..objectcode import ObjectCode
 
 NAMESPACE = "autotune"
@@ -101,6 +101,7 @@ def get_or_measure(k: dict[str, Any], label: str, measure: Callable[[], dict[str
 def _rows(kernel: str | None) -> list[dict[str, Any]]:
     """The metadata of every tuning entry on the local disk (of one kernel), whatever its shape."""
     out = []
+    from ..cache import ls   # kjit cache's listing (and diskcache): `kjit tune` only
     for meta in ls(kernel=LABEL_PREFIX, sort="created", reverse=True):
         if meta.get("namespace") != NAMESPACE:
             continue
@@ -137,6 +138,7 @@ def entries(kernel: str | None = None) -> list[dict[str, Any]]:
 
 
 def _record_of(h: str) -> dict[str, Any] | None:
+    from ..cache import read_local
     code = read_local(h)
     return _decode(code) if code is not None else None
 
@@ -164,4 +166,5 @@ def groups(kernel: str | None = None) -> list[dict[str, Any]]:
 def clear(kernel: str | None = None) -> int:
     """Delete the tuning records (of one kernel); also from the shared tier when one is set."""
     keys = [meta["key"] for meta in _rows(kernel)]   # those of any shape
+    from ..cache import delete
     return delete(keys, "clear") if keys else 0

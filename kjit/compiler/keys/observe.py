@@ -64,8 +64,10 @@ _SYSTEM_DEVICES = frozenset({"/dev/null", "/dev/urandom", "/dev/random"})
 
 # Environment variables the compiler reads that do not change its output, shown by tests
 # (test_observe_round4.py): keying them would make every working directory (PWD) or make
-# invocation (MAKEFLAGS' jobserver descriptors) a separate cache entry.
-ENV_NOT_INPUTS = {"cuda": frozenset({"PWD", "MAKEFLAGS"}), "hip": frozenset()}
+# invocation (MAKEFLAGS' jobserver descriptors) a separate cache entry. TMPDIR holds only
+# the file behind a precompiled header's heap (test_pch_persist.py): keyed, every job with
+# its own temporary directory (SLURM, CI) would miss every PCH and every binary made with one.
+ENV_NOT_INPUTS = {"cuda": frozenset({"PWD", "MAKEFLAGS", "TMPDIR"}), "hip": frozenset()}
 # Variables the compiler reads as its library loads, before any hook is in place: their
 # values when the hooks were installed (right after the load) are keyed with each compile.
 # LLVM_OVERRIDE_PRODUCER changes NVRTC's LTO-IR bytes.
