@@ -152,3 +152,36 @@ def test_a_graph_on_another_device():
         x0 = kjit.to_device(xh)
     with pytest.raises(ArgumentError, match="device"):
         g.nodes[0].update(1.0, x0, y, N)
+
+
+def test_a_capture_in_a_process_whose_pytorch_has_not_used_cuda_yet():
+    """PyTorch imported but not yet initialised on the GPU: kjit.graph() makes PyTorch's
+    current stream the capture stream, and PyTorch's first CUDA use (its initialisation)
+    must happen outside the capture, or it would end it."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent
+    code = f"""
+import sys; sys.path.insert(0, {str(root)!r})
+import numpy as np, torch, kjit
+from conftest import SAXPY
+k = kjit.compile(SAXPY)
+saxpy = kjit.load(k).get_function("saxpy")
+x = kjit.to_device(np.ones(1024, np.float32)); y = kjit.zeros(1024, "float32")
+saxpy[4, 256](1.0, x, y, 1024)
+kjit.synchronize()
+assert not torch.cuda.is_initialized()
+with kjit.graph() as g:
+    saxpy[4, 256](2.0, x, y, 1024)
+g.launch(); g.synchronize()
+assert float(y.get()[0]) == 3.0, y.get()[:4]
+print("ok")
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(root.parent), os.environ.get("PYTHONPATH")])))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]

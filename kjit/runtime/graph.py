@@ -142,12 +142,13 @@ class Graph:
             raise ArgumentError("a capture needs a stream of its own, not the legacy or "
                                 "per-thread default stream: name one, or let the graph use its own")
         drv = driver.bindings()
-        with driver.context_pushed(self.context):
+        # the frameworks' current stream is set before the capture begins: PyTorch's first
+        # use of CUDA in a process initialises it, which a capture cannot record
+        with driver.context_pushed(self.context), _framework_streams(int(handle), self.device):
             driver.call(drv.cuStreamBeginCapture, handle,
                         drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             try:
-                with thread_capture(int(handle), "a kjit graph"), \
-                        _framework_streams(int(handle), self.device):
+                with thread_capture(int(handle), "a kjit graph"):
                     yield self
             except BaseException:
                 err, graph = drv.cuStreamEndCapture(handle)   # the stream leaves capture mode
