@@ -285,3 +285,42 @@ def test_a_pch_filed_meanwhile_from_headers_since_edited_is_not_taken(tree):
     ours = pch_store.save(d, key, tmp, Snapshot.from_json(theirs.snapshot.to_json()), theirs.obs,
                           theirs.heap)
     assert ours is None or ours.path != theirs.path, "a PCH of the old header was handed back"
+
+
+def test_workers_starting_together_build_one_pch_between_them(tree):
+    """compile_many's workers meet a prologue no PCH exists for at the same moment: one
+    builds it, the others wait for it and start from it (not one ~300 MB PCH each)."""
+    code = textwrap.dedent(f"""
+        import json, os, kjit
+        os.environ["KJIT_COMPILE_JOBS"] = "2"
+        srcs = [('#include "h.h"\\n#include <tkit/a.h>\\n#include <cuda/std/cstdint>\\n'
+                 'extern "C" __global__ void k(float* x) {{ x[0] = twice(x[0]) + K + TK + %d.5f; }}\\n' % i)
+                for i in range(6)]
+        objs = kjit.compile_many(srcs, arch="sm_90", options=kjit.CompileOptions(include_dirs={tree["dirs"]!r}),
+                                 progress=False)
+        print(json.dumps([o.metadata.get("pch") for o in objs]))
+    """)
+    env = dict(os.environ, KJIT_CACHE_DIR=str(tree["cache"]),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=400)
+    assert res.returncode == 0, res.stderr[-3000:]
+    served = json.loads(res.stdout.strip().splitlines()[-1])
+    assert served.count("created") == 1 and served.count("used") == 5, served
+    assert len(list((tree["cache"] / "pch").glob("*.pch"))) == 1
+    assert not list((tree["cache"] / "pch").glob("*.building")), "a claim outlived its build"
+
+
+def test_a_build_claim_of_a_dead_process_is_taken_over(tmp_path):
+    d = tmp_path / "pch"
+    d.mkdir(mode=0o700)
+    assert pch_store.claim(d, "k") and pch_store.building(d, "k")
+    assert not pch_store.claim(d, "k"), "a live builder's claim was taken"
+    pch_store.release(d, "k")
+    assert not pch_store.building(d, "k")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    (d / "k.building").write_text(dead)
+    assert not pch_store.building(d, "k")
+    assert pch_store.claim(d, "k"), "a dead builder's claim was kept"
+    pch_store.release(d, "k")

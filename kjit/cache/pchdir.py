@@ -8,6 +8,8 @@ Layout, in `<cache dir>/pch/`:
   <key>-<token>.pch   NVRTC's file, written under a temporary name and renamed into place
                       (NVRTC maps it MAP_PRIVATE: it is never rewritten, only unlinked)
   <key>.seen          a prologue compiled once without a PCH: its next compile builds one
+  <key>.building      the pid of the process building that PCH now (compiler/pch_store.py:
+                      other processes wait for it rather than build their own)
   *.tmp               being written; one left by a killed process goes after an hour
 
 Each record with its file(s) is one item of the cache's LRU (DiskStore.evict_lru orders them

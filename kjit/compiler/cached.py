@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import sys
 import time
 import warnings
 from functools import partial
@@ -211,8 +212,8 @@ def compile_uncached(req: CompileRequest, path: include_path.SearchPath | None =
             code, log, symbols, ms = nvrtc.compile_source(
                 req.source, name=req.name, arch=req.arch, target=req.target, options=req.options,
                 name_expressions=req.name_expressions, search=path, sources_dir=req.sources_dir)
-    from .pch import note  # how a precompiled header served this compile, if one did
-    used = note() if req.backend != "hip" else None
+    pch = sys.modules.get("kjit.compiler.pch")   # loaded by a compile a PCH may serve
+    used = pch.note() if pch is not None and req.backend != "hip" else None
     if isinstance(job, Observed):
         job.seen = seen
     # a copy: the key's own description must not change if a caller edits the metadata

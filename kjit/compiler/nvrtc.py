@@ -7,7 +7,7 @@ import time
 from typing import Any, Sequence
 
 from ..errors import KjitError
-from . import pch, sigkeep
+from . import sigkeep
 from .diagnostics import compile_error
 from .include_path import SearchPath
 from .keys import observe
@@ -57,6 +57,23 @@ def _warn_if_no_kernel(source: str, code: bytes, target: str, name: str) -> None
         warnings.warn(f"{name}: {text}", CompileWarning, stacklevel=2)
 
 
+def _precompiled(text: str, name: str, flags: Any, headers: dict, anchored: tuple, shown: Any) -> Any:
+    """A precompiled header's attempt (pch.attempt: a Use or None) around one compile; a
+    source that includes nothing (or keeps its sources) has none and loads no PCH code. A
+    fork waits for the compile either way (forkgate.py)."""
+    if shown is None and "include" in text:
+        from . import pch
+        return pch.attempt(text, name, flags, headers, anchored)
+    from .forkgate import compiling
+    return _none_within(compiling())
+
+
+@contextlib.contextmanager
+def _none_within(ctx: Any) -> Any:
+    with ctx:
+        yield None
+
+
 def compile_source(source: str, *, name: str, arch: str, target: str, options: CompileOptions,
                    name_expressions: Sequence[str] = (), search: Any = None,
                    sources_dir: str | None = None) -> tuple[bytes, str, dict[str, str], float]:
@@ -84,8 +101,7 @@ def compile_source(source: str, *, name: str, arch: str, target: str, options: C
         # A precompiled header (pch.py) serves the compile where one pays; NVRTC refusing it
         # (counted) means one more compile without it, whose observation alone keys the result.
         # (none for kept sources: each source's prologue would start with its own #line)
-        with (pch.attempt(text, name, flags, headers, anchored) if shown is None
-              else contextlib.nullcontext(None)) as use:
+        with _precompiled(text, name, flags, headers, anchored, shown) as use:
             while True:
                 mark = observe.mark()
                 err, prog = nvrtc.nvrtcCreateProgram(

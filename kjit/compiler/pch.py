@@ -10,7 +10,8 @@ LRU-evicted with the entries: kjit/cache/pchdir.py), so that the next process, t
 of an edited script, starts from it. NVRTC takes a PCH only in a process whose PCH heap
 starts where the writer's did: _pchheap.c pins the heap at one address in every process.
 Where the cache is off or untrusted, or the pin is unavailable, each process keeps its own,
-in a private directory removed at exit (pch_files.py), as before.
+in a private directory removed at exit (pch_files.py). One process builds a given PCH at a
+time (a claim in pch/); the others wait for it, up to BUILD_WAIT_S, and start from it.
 
 When: a compile of a prologue that has a PCH starts from it. One without builds it where it
 pays: the second compile of the prologue (in this process, or in any process since: a mark
@@ -48,10 +49,11 @@ import time
 from typing import Any, Iterator, Sequence
 
 from . import pch_files, pch_store
-from .prologue import prologue
+from .prologue import past_prologue, prologue
 
 ENV = "KJIT_PCH"
 HEAP_MIN = 512 << 20     # CCCL needs ~336 MB; NVRTC's default (256 MB) only warns when short
+BUILD_WAIT_S = 60.0       # the longest a compile waits for another process's build of its PCH
 MAX_KEPT = 2             # PCH files kept per process (a CUB prologue's is ~340 MB)
 _DIR_PREFIX = "kjit-pch-"
 # the user's own PCH flags; a time trace the prologue's compile would write too
@@ -64,7 +66,7 @@ expect_repeats: contextvars.ContextVar[bool] = contextvars.ContextVar("kjit_pch_
 
 _lock = threading.Lock()
 _counts = {"created": 0, "used": 0, "failed": 0, "rejected": 0, "stale": 0, "evicted": 0,
-           "damaged": 0, "no_space": 0, "loaded": 0, "unpinned": 0}
+           "damaged": 0, "no_space": 0, "loaded": 0, "unpinned": 0, "waited": 0}
 _seen: dict[str, int] = {}          # compiles per prologue key in this process
 _entries: dict[str, "_Pch"] = {}
 _bad: set[str] = set()              # prologues whose PCH could not be built or was refused
@@ -86,7 +88,8 @@ def stats() -> dict[str, int]:
     as their file was cut short or replaced (damaged: built again), and compiles without
     one for want of room in the temporary directory (no_space); PCHs another process
     made, taken from the cache directory (loaded); stored PCHs this process could not use
-    as its heap is not at the pinned address (unpinned)."""
+    as its heap is not at the pinned address (unpinned); compiles that waited for another
+    process's build of their PCH, or ran plain while it was being built (waited)."""
     with _lock:
         return dict(_counts)
 
@@ -95,11 +98,6 @@ def note() -> str | None:
     """How this thread's last NVRTC compile used a PCH ("created", "used") or None; cleared."""
     out, _tls.note = getattr(_tls, "note", None), None
     return out
-
-
-def _key(prologue_text: str, name: str, flags: Sequence[str], headers: dict) -> str:
-    """Everything NVRTC is given that a PCH depends on, and which NVRTC (pch_store.key)."""
-    return pch_store.key(prologue_text, name, flags, headers)
 
 
 # --- the PCHs ----------------------------------------------------------------------------------
@@ -202,14 +200,9 @@ class Use:
                 _counts["failed"] += 1
                 _bad.add(key)
                 return None
-            d = str(store) if store is not None else _private_dir()
-            if d is None:
+            path = _new_file(key, store)
+            if path is None:
                 return None
-            if store is None:
-                _state["serial"] += 1
-                path = os.path.join(d, f"{_state['serial']}.pch")
-            else:
-                path = pch_store.new_path(store, key)
             return Use(None, self._name, True, create=path,
                        build=(key, store, _state["heap"], lines))
 
@@ -232,13 +225,13 @@ class Use:
         log = log.replace(self._line, "", 1)
         obs = _last_observation()
         got = None
-        if obs is not None and _body_only(log, self._name, lines) \
+        if obs is not None and past_prologue(log, self._name, lines) \
                 and pch_files.ident(path) is not None:
             from .keys.snapshot import from_observation
             got = from_observation(obs, self.started)
         with _lock:
             if got is None:
-                if obs is not None and not _body_only(log, self._name, lines):
+                if obs is not None and not past_prologue(log, self._name, lines):
                     _whole.add(key)   # the prologue alone decides (_build): its log is its own
                 else:
                     _counts["failed"] += 1   # a header changed as it was read: next time
@@ -261,25 +254,6 @@ class Use:
             _counts["used"] += 1
         _tls.note = "created"
         return log
-
-
-def _body_only(log: str, name: str, lines: int) -> bool:
-    """Whether every diagnostic in the log points past the prologue's `lines` lines of the
-    source `name` (an error in the kernel being edited), so that a compile using the PCH
-    would say the same; a header's warning, or anything else, is not."""
-    if not log.strip():
-        return True
-    import re
-    found = False
-    for line in log.splitlines():
-        m = re.match(r"(.+?)\((\d+)\): (?:error|warning|remark|catastrophic error)", line)
-        if m:
-            if m.group(1) != name or int(m.group(2)) <= lines:
-                return False
-            found = True
-        elif "warning" in line.lower() and "detected in the compilation" not in line:
-            return False
-    return found
 
 
 def _create_status(prog: Any) -> str | None:
@@ -332,6 +306,8 @@ def attempt(source: str, name: str, flags: Sequence[str], headers: dict,
         finally:
             if own is not None:
                 own.__exit__(None, None, None)
+            if use is not None and use.create and use.build[1] is not None:
+                pch_store.release(use.build[1], use.build[0])   # filed or not: others go on
             if use is not None and use.pch is not None:
                 with _lock:
                     use.pch.users -= 1
@@ -351,7 +327,22 @@ def _use(source: str, name: str, flags: Sequence[str], headers: dict,
     if not observe.available("cuda"):  # its files could not be known: keys would be wrong
         return None
     store = _store()
-    key = _key(text, name, flags, headers)
+    key = pch_store.key(text, name, flags, headers)   # all NVRTC is given, and which NVRTC
+    for _ in range(2):   # a second time where another process began building it meanwhile
+        if store is not None and key not in _entries and pch_store.await_build(store, key, BUILD_WAIT_S):
+            with _lock:   # another process built it: this compile starts from it, not beside it
+                _counts["waited"] += 1
+        use = _use_here(source, name, flags, headers, anchored, text, store, key)
+        if use is not _CLAIMED:
+            return use
+    return None
+
+
+_CLAIMED = object()   # _use_here: another process claimed the build first
+
+
+def _use_here(source: str, name: str, flags: Sequence[str], headers: dict,
+              anchored: tuple[str, ...], text: str, store: Any, key: str) -> Any:
     with _lock:
         seen = _seen.get(key, 0)
         if len(_seen) > 4096:
@@ -386,13 +377,21 @@ def _use(source: str, name: str, flags: Sequence[str], headers: dict,
             if not _room(building=True, where=store):
                 _counts["no_space"] += 1   # tried again at the next compile
                 return None
+            if store is not None and not pch_store.claim(store, key):
+                return _CLAIMED   # another process builds it now: wait for it
             if key not in _whole and not _includes_later(source, text):
                 path = _new_file(key, store)
                 if path is None:
+                    if store is not None:
+                        pch_store.release(store, key)
                     return None
                 heap = _heap()
                 return Use(None, name, True, create=path, build=(key, store, heap, text.count("\n")))
-            ent = _build(key, text, name, flags, headers, anchored, store)
+            try:
+                ent = _build(key, text, name, flags, headers, anchored, store)
+            finally:
+                if store is not None:
+                    pch_store.release(store, key)
             if ent is None:
                 return None
             created = True
@@ -578,17 +577,16 @@ def _heap() -> int:
         from cuda.bindings import nvrtc
         err, size = nvrtc.nvrtcGetPCHHeapSize()
         size = int(size) if err == nvrtc.nvrtcResult.NVRTC_SUCCESS else 0
-        if size < HEAP_MIN and nvrtc.nvrtcSetPCHHeapSize(HEAP_MIN)[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            size = HEAP_MIN
-        _state["heap"] = size
-        if _state.get("pinned"):
-            pch_store.pin(size)
+        if size >= HEAP_MIN or not _set_heap(HEAP_MIN):
+            _state["heap"] = size
+            if _state.get("pinned"):
+                pch_store.pin(size)
     return _state["heap"]
 
 
 def _set_heap(size: int) -> bool:
     """The heap's size set to `size` (before its first mapping: another process's PCH needs
-    a heap at least as large as the one it was made with)."""
+    a heap at least as large as the one it was made with), the pin moved with it."""
     from cuda.bindings import nvrtc
     if nvrtc.nvrtcSetPCHHeapSize(size)[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         return False
@@ -604,15 +602,10 @@ def _grow_heap() -> bool:
     need = _state.get("need", 0)
     if need <= _state["heap"] or any(e.users for e in _entries.values()):
         return False
-    from cuda.bindings import nvrtc
-    size = -(-int(need * 1.25) // (64 << 20)) * (64 << 20)
-    if nvrtc.nvrtcSetPCHHeapSize(size)[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+    if not _set_heap(-(-int(need * 1.25) // (64 << 20)) * (64 << 20)):
         return False
     for key in list(_entries):
         _retire(key)
-    _state["heap"] = size
-    if _state.get("pinned"):
-        pch_store.pin(size)
     return True
 
 

@@ -24,8 +24,8 @@ import binascii
 import functools
 import json
 import os
-import secrets
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +129,7 @@ def directory() -> Path | None:
 
 def new_path(d: Path, k: str) -> str:
     """A new name for NVRTC to write a PCH to (renamed by save)."""
-    return str(d / f"{k}-{secrets.token_hex(6)}.pch.tmp")
+    return str(d / f"{k}-{os.urandom(6).hex()}.pch.tmp")
 
 
 # --- records ---------------------------------------------------------------------------------------
@@ -315,6 +315,87 @@ def drop(d: Path, k: str) -> None:
         pass
     _unlink(d / f"{k}.json")
     mark_seen(d, k)
+
+
+# --- one builder per prologue -----------------------------------------------------------------
+CLAIM_MAX_S = 120.0   # a build claim older than this is its dead or stuck builder's: taken over
+
+
+def claim(d: Path, k: str) -> bool:
+    """Claim building this prologue's PCH (`<key>.building`, holding the builder's pid): True
+    where this process builds it, False where a live process is building it now. Workers
+    starting together then make one PCH, not one each (~300 MB apiece, written at once)."""
+    path = d / f"{k}.building"
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                         0o600)
+        except FileExistsError:
+            if _claimed(path):
+                return False
+            _unlink(path)   # its builder is gone: taken over
+            continue
+        except OSError:
+            return True     # no mark can be made: build, as every process would without one
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
+def building(d: Path, k: str) -> bool:
+    """Whether a live process is building this prologue's PCH now."""
+    return _claimed(d / f"{k}.building")
+
+
+def await_build(d: Path, k: str, wait_s: float) -> bool:
+    """Wait, at most `wait_s`, while a live process builds this prologue's PCH; whether one
+    was (compile_many's workers starting together then make one PCH between them)."""
+    if not building(d, k):
+        return False
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and building(d, k):
+        time.sleep(0.02)
+    return True
+
+
+def release(d: Path, k: str) -> None:
+    """End this process's claim (its PCH filed, or not built)."""
+    path = d / f"{k}.building"
+    if _claim_pid(path) == os.getpid():
+        _unlink(path)
+
+
+def _claim_pid(path: Path) -> int | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 32)
+    finally:
+        os.close(fd)
+    return int(text) if text.strip().isdigit() else None
+
+
+def _claimed(path: Path) -> bool:
+    """A claim whose builder still runs (on this machine) and is not older than CLAIM_MAX_S."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if time.time() - st.st_mtime > CLAIM_MAX_S:
+        return False
+    pid = _claim_pid(path)
+    if pid is None:
+        return True   # being written this instant
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass          # alive, another user's: not ours to judge
+    return True
 
 
 def seen(d: Path, k: str) -> bool:

@@ -1,5 +1,5 @@
 """A source's include prologue: the directives before its first declaration, where NVRTC's
-precompiled header (compiler/pch.py) stops."""
+precompiled header (compiler/pch.py) stops; and whether a log speaks only of what follows it."""
 from __future__ import annotations
 
 import functools
@@ -46,3 +46,22 @@ def prologue(source: str) -> str | None:
     if not includes or depth != 0:
         return None
     return source[:end] + "\n"
+
+
+def past_prologue(log: str, name: str, lines: int) -> bool:
+    """Whether every diagnostic in the log points past the prologue's `lines` lines of the
+    source `name` (an error in the kernel being edited), so that a compile using the PCH
+    would say the same; a header's warning, or anything else, is not."""
+    if not log.strip():
+        return True
+    import re
+    found = False
+    for line in log.splitlines():
+        m = re.match(r"(.+?)\((\d+)\): (?:error|warning|remark|catastrophic error)", line)
+        if m:
+            if m.group(1) != name or int(m.group(2)) <= lines:
+                return False
+            found = True
+        elif "warning" in line.lower() and "detected in the compilation" not in line:
+            return False
+    return found
