@@ -188,6 +188,14 @@ class _Worker:
         return WorkerDied(f"kjit compile worker {self.proc.pid} {how} {when}: "
                           f"{text[-2000:] or 'no output'}", self.proc.pid, code, sent)
 
+    def release(self) -> None:
+        """Tell it to end (the end of its input), without waiting for it."""
+        if self.owner == os.getpid():
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
     def _stop(self) -> None:
         try:
             self.proc.stdin.close()
@@ -282,6 +290,8 @@ class Pool:
             return
         with self._lock:
             idle, self._idle = self._idle, []
+        for w in idle:   # all told first, then awaited: they end together, not one by one
+            w.release()
         for w in idle:
             w.close()
 
