@@ -10,6 +10,7 @@
 #include "_tables.h"
 #include <dlfcn.h>
 #include <math.h>
+#include <structmember.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -159,6 +160,51 @@ static int put_int(char* dst, int kind, PyObject* v) {
     return 0;
 }
 
+/* A kjit array's slots, read in place: `launch_key` and `ptr` are __slots__ of DeviceArray
+ * (memory.py), so their offsets are fixed for the type; each is looked up once, and any other
+ * layout (a slot made a property, say) goes through getattr. */
+static PyTypeObject* slots_type = NULL;
+static Py_ssize_t key_offset = -1, ptr_offset = -1;
+
+static Py_ssize_t slot_offset(PyTypeObject* t, PyObject* name) {
+    PyObject* d = PyObject_GetAttr((PyObject*)t, name);
+    if (!d) { PyErr_Clear(); return -1; }
+    Py_ssize_t off = -1;
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject*)d)->d_member->type == T_OBJECT_EX)
+        off = ((PyMemberDescrObject*)d)->d_member->offset;
+    Py_DECREF(d);
+    return off;
+}
+
+/* 1 with *addr set where v's launch key is `token` or `bits` (NULL: none), 0 where it is not
+ * (the Python path says why), -1 with an exception set. */
+static int array_address(PyObject* v, PyObject* token, PyObject* bits, unsigned long long* addr) {
+    PyTypeObject* t = Py_TYPE(v);
+    if (t != slots_type) {
+        key_offset = slot_offset(t, s_launch_key);
+        ptr_offset = slot_offset(t, s_ptr);
+        slots_type = t;
+    }
+    if (key_offset > 0 && ptr_offset > 0) {
+        PyObject* key = *(PyObject**)((char*)v + key_offset);
+        PyObject* p = *(PyObject**)((char*)v + ptr_offset);
+        if (!key || !p || (key != token && key != bits) || !PyLong_CheckExact(p)) return 0;
+        *addr = PyLong_AsUnsignedLongLong(p);
+        if (*addr == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        return 1;
+    }
+    PyObject* key = PyObject_GetAttr(v, s_launch_key);
+    if (!key) return -1;
+    int same = key == token || (bits && key == bits);
+    Py_DECREF(key);
+    if (!same) return 0;
+    PyObject* p = PyObject_GetAttr(v, s_ptr);
+    if (!p) return -1;
+    *addr = PyLong_AsUnsignedLongLong(p);
+    Py_DECREF(p);
+    return *addr == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 1;
+}
+
 /* Write args[0..n) into buf per spec, but the K_PYTHON slots: 0 when all were written, 1 + the
  * index of the first the Python path must handle (anything unusual, every error: its message
  * names the parameter), -2 with an exception set. `seen`: the foreign arrays' frameworks. */
@@ -198,20 +244,11 @@ static Py_ssize_t pack_args(const char* spec, Py_ssize_t n, PyObject* tokens,
             if (framework) { memcpy(dst, &addr, 8); *seen |= 1 << framework; ok = 1; }
         } else {   /* a kjit array: its interned launch key is the token (or the bits' token) */
             PyObject* token = PyTuple_GET_ITEM(tokens, i);
-            PyObject* key = PyObject_GetAttr(v, s_launch_key);
-            if (!key) return -2;
-            int same = kind == K_ARRAY ? key == token
-                                       : key == PyTuple_GET_ITEM(token, 0) || key == PyTuple_GET_ITEM(token, 1);
-            Py_DECREF(key);
-            if (same) {
-                PyObject* p = PyObject_GetAttr(v, s_ptr);
-                if (!p) return -2;
-                unsigned long long addr = PyLong_AsUnsignedLongLong(p);
-                Py_DECREF(p);
-                if (addr == (unsigned long long)-1 && PyErr_Occurred()) return -2;
-                memcpy(dst, &addr, 8);
-                ok = 1;
-            }
+            unsigned long long addr;
+            int got = array_address(v, kind == K_ARRAY ? token : PyTuple_GET_ITEM(token, 0),
+                                    kind == K_ARRAY ? NULL : PyTuple_GET_ITEM(token, 1), &addr);
+            if (got < 0) return -2;
+            if (got) { memcpy(dst, &addr, 8); ok = 1; }
         }
         if (!ok) return i + 1;
     }
@@ -293,8 +330,10 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     void* stream = L->stream;
     if (r != 0 || ((L->flags & L_AUTO_STREAM) && !kjit_framework_stream(seen, L->device, &stream)))
         return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
-    Py_INCREF(L->name);
-    if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
+    if (PyList_GET_ITEM(L->last, 0) != L->name) {   /* the kernel an async error is blamed on */
+        Py_INCREF(L->name);
+        if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
+    }
     int err;
     void* ctx = (void*)(uintptr_t)*L->ctx;
     PyThreadState* ts = kjit_gil_release();   /* _gil.c: only where another thread can run */
