@@ -18,7 +18,7 @@ import kjit
 from kjit import driver
 
 from .kernels import expected, launch_args, launch_source
-from .timing import PER_BATCH, per_launch_us
+from .timing import PER_BATCH, Loop, per_launch_us
 
 NARGS = (1, 3, 16)
 HERE = Path(__file__).parent
@@ -36,7 +36,7 @@ def _check(name: str, nargs: int, got: float) -> dict:
 # toolkit its median over batches; a figure is then the median over rounds of the per-round
 # ratio to C (with its min and max), the paired method: the VM's neighbours move C itself by
 # 30% between rounds, and a ratio taken within one round cancels that.
-ROUNDS = 11
+ROUNDS = int(os.environ.get("KJIT_BENCH_LAUNCH_ROUNDS", "21"))
 BATCHES_PER_ROUND = 10
 
 
@@ -50,8 +50,51 @@ class Toolkit:
     def check(self, n: int) -> None: ...
 
 
-class C(Toolkit):
+class CInProcess(Toolkit):
+    """C's cuLaunchKernel loop in this process (benchmarks/c/launch_loop.c through ctypes, one
+    call per batch): the floor every ratio is taken to. It runs on the thread, CPU and
+    context the Python toolkits run on, so a round's ratios compare like with like."""
     name = "C cuLaunchKernel"
+
+    def __init__(self, workdir: Path):
+        nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+        lib = workdir / "liblaunch_loop.so"
+        subprocess.run([nvcc, "-O2", "-shared", "-Xcompiler", "-fPIC", "-o", str(lib),
+                        str(HERE / "c" / "launch_loop.c"), "-lcuda"], check=True, capture_output=True)
+        self.lib = ctypes.CDLL(str(lib))
+        self.lib.launch_batch.restype = ctypes.c_double
+        self.lib.launch_batch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+        self.state: dict = {}
+
+    def prepare(self, n):
+        func = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}").handle
+        buf = kjit.zeros(16, np.float32)
+        holders = [ctypes.c_uint64(buf.ptr)]
+        for v in launch_args(n):
+            holders.append(ctypes.c_int32(v) if isinstance(v, int) else ctypes.c_float(v))
+        arr = (ctypes.c_void_p * n)(*[ctypes.addressof(h) for h in holders])
+        self.state[n] = (buf, holders, arr, int(func))
+
+    def time_round(self, n):
+        buf, _, arr, func = self.state[n]
+        samples = []
+        for b in range(-1, BATCHES_PER_ROUND):
+            us = self.lib.launch_batch(func, ctypes.addressof(arr), PER_BATCH, None)
+            if us < 0:
+                raise SystemExit(f"C cuLaunchKernel failed: CUresult {-int(us)}")
+            kjit.synchronize()
+            if b >= 0:
+                samples.append(us)
+        return statistics.median(samples)
+
+    def check(self, n):
+        _check(self.name, n, float(self.state[n][0].get()[0]))
+
+
+class C(Toolkit):
+    """The same loop as a program of its own (benchmarks/c/launch_bench.c), a fresh process
+    each round: what a C program pays, shown beside the in-process floor."""
+    name = "C cuLaunchKernel, a separate program"
 
     def __init__(self, workdir: Path):
         nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
@@ -92,7 +135,8 @@ class Bindings(Toolkit):
             holders.append(ctypes.c_int32(v) if isinstance(v, int) else ctypes.c_float(v))
         arr = (ctypes.c_void_p * n)(*[ctypes.addressof(h) for h in holders])
         addr, stream, launch = ctypes.addressof(arr), drv.CUstream(0), drv.cuLaunchKernel
-        self.state[n] = (buf, holders, arr, lambda: launch(func, 1, 1, 1, 32, 1, 1, 0, stream, addr, 0))
+        self.state[n] = (buf, holders, arr, Loop("launch(func, 1, 1, 1, 32, 1, 1, 0, stream, addr, 0)",
+                                                  launch=launch, func=func, stream=stream, addr=addr))
 
     def time_round(self, n):
         return per_launch_us(self.state[n][3], kjit.synchronize, batches=BATCHES_PER_ROUND)
@@ -114,7 +158,7 @@ class KjitGetitem(Toolkit):
         self.state[n] = (buf, self.make(k, args))
 
     def make(self, k, args):
-        return lambda: k[1, 32](*args)
+        return Loop("k[1, 32]({args})", args, k=k)
 
     def time_round(self, n):
         return per_launch_us(self.state[n][1], kjit.synchronize, batches=BATCHES_PER_ROUND)
@@ -129,7 +173,7 @@ class KjitStreamShared(KjitGetitem):
     def make(self, k, args):
         stream = kjit.Stream()
         self.stream = stream
-        return lambda: k[1, 32, stream, 0](*args)
+        return Loop("k[1, 32, stream, 0]({args})", args, k=k, stream=stream)
 
 
 class KjitDecorator(KjitGetitem):
@@ -142,7 +186,7 @@ class KjitDecorator(KjitGetitem):
         buf = kjit.zeros(16, np.float32)
         args = [buf, *launch_args(n)]
         f[1, 32](*args)  # compile and load outside the timing
-        self.state[n] = (buf, lambda: f[1, 32](*args))
+        self.state[n] = (buf, Loop("f[1, 32]({args})", args, f=f))
 
 
 class KjitBound(KjitGetitem):
@@ -150,7 +194,7 @@ class KjitBound(KjitGetitem):
 
     def make(self, k, args):
         launcher = k[1, 32]
-        return lambda: launcher(*args)
+        return Loop("launcher({args})", args, launcher=launcher)
 
 
 class KjitTorch(Toolkit):
@@ -167,7 +211,7 @@ class KjitTorch(Toolkit):
         k = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}")
         buf = self.torch.zeros(16, dtype=self.torch.float32, device="cuda")
         args, stream = [buf, *launch_args(n)], self.stream
-        self.state[n] = (buf, lambda: k[1, 32, stream](*args))
+        self.state[n] = (buf, Loop("k[1, 32, stream]({args})", args, k=k, stream=stream))
 
     def time_round(self, n):
         return per_launch_us(self.state[n][1], self.stream.synchronize, batches=BATCHES_PER_ROUND)
@@ -189,7 +233,7 @@ class KjitCuPy(KjitTorch):
         k = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}")
         buf = self.cp.zeros(16, self.cp.float32)
         args, stream = [buf, *launch_args(n)], self.stream
-        self.state[n] = (buf, lambda: k[1, 32, stream](*args))
+        self.state[n] = (buf, Loop("k[1, 32, stream]({args})", args, k=k, stream=stream))
 
     def check(self, n):
         _check(self.name, n, float(self.state[n][0][0].get()))
@@ -212,7 +256,7 @@ class KjitLaunch(KjitGetitem):
     name = "kjit k.launch(...)"
 
     def make(self, k, args):
-        return lambda: k.launch(1, 32, *args)
+        return Loop("k.launch(1, 32, {args})", args, k=k)
 
 
 class CudaCore(Toolkit):
@@ -238,7 +282,8 @@ class CudaCore(Toolkit):
         args = [buf.ptr]  # cuda.core takes ints as pointers: scalars as exact numpy types
         args += [np.int32(v) if isinstance(v, int) else np.float32(v) for v in launch_args(n)]
         cfg, stream = LaunchConfig(grid=1, block=32), self.stream
-        self.state[n] = (buf, lambda: launch(stream, cfg, kern, *args))
+        self.state[n] = (buf, Loop("launch(stream, cfg, kern, {args})", args, launch=launch,
+                                   stream=stream, cfg=cfg, kern=kern))
 
     def time_round(self, n):
         return per_launch_us(self.state[n][1], self.stream.sync, batches=BATCHES_PER_ROUND)
@@ -260,7 +305,7 @@ class CuPy(Toolkit):
         kern = cp.RawKernel(launch_source(n), f"k{n}")
         buf = cp.zeros(16, cp.float32)
         args = (buf, *[np.int32(v) if isinstance(v, int) else np.float32(v) for v in launch_args(n)])
-        self.state[n] = (buf, lambda: kern((1,), (32,), args))
+        self.state[n] = (buf, Loop("kern((1,), (32,), kargs)", kargs=args, kern=kern))
 
     def time_round(self, n):
         return per_launch_us(self.state[n][1], self.cp.cuda.Device().synchronize, batches=BATCHES_PER_ROUND)
@@ -269,7 +314,7 @@ class CuPy(Toolkit):
         _check(self.name, n, float(self.state[n][0][0].get()))
 
 
-ORDER = ["C cuLaunchKernel", "cuda.bindings void**", "kjit k[grid, block](...)",
+ORDER = ["C cuLaunchKernel", "C cuLaunchKernel, a separate program", "cuda.bindings void**", "kjit k[grid, block](...)",
          "kjit k[grid, block, stream, 0](...)", "kjit @kernel f[grid, block](...)",
          "kjit bound launcher L(...)", "kjit k.launch(...)",
          "kjit k[g, b, torch stream](torch tensor, ...)",
@@ -295,7 +340,7 @@ def paired(samples: dict[str, dict[int, list[float]]], c_name: str = "C cuLaunch
 def run() -> tuple[dict, dict]:
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        toolkits: list[Toolkit] = [C(Path(tmp)), Bindings(), KjitGetitem(), KjitStreamShared(),
+        toolkits: list[Toolkit] = [CInProcess(Path(tmp)), C(Path(tmp)), Bindings(), KjitGetitem(), KjitStreamShared(),
                                    KjitDecorator(), KjitBound(), KjitLaunch(), KjitViaBindings()]
         for factory in (KjitTorch, KjitCuPy, CudaCore, CuPy):
             try:
@@ -313,7 +358,8 @@ def run() -> tuple[dict, dict]:
         samples: dict[str, dict[int, list[float]]] = {t.name: {n: [] for n in NARGS} for t in ready}
         for r in range(-1, ROUNDS):   # round -1 warms every path (clocks, caches) untimed
             for n in NARGS:
-                for t in ready:
+                turn = (r + 1) % len(ready)   # each toolkit takes each place in the order in turn
+                for t in ready[turn:] + ready[:turn]:
                     us = t.time_round(n)
                     if r >= 0:
                         samples[t.name][n].append(us)
