@@ -324,3 +324,63 @@ def test_a_build_claim_of_a_dead_process_is_taken_over(tmp_path):
     assert not pch_store.building(d, "k")
     assert pch_store.claim(d, "k"), "a dead builder's claim was kept"
     pch_store.release(d, "k")
+
+
+def test_a_compile_served_by_a_stored_pch_is_keyed_as_a_plain_compile(tree, tmp_path):
+    """Keying reuses the digests the PCH's check just confirmed instead of reading its ~500
+    headers again; the key must still be the one a plain compile derives from the files
+    themselves (another cache directory: no manifest, no PCH)."""
+    _built(tree)
+    probe = textwrap.dedent('''
+        import json, sys, kjit
+        from kjit.compiler import pch
+        keys = []
+        kjit.cache.add_listener(lambda e: keys.append(e.key))
+        src = (   # SCRIPT's source, braces and all
+               '#include "h.h"\\n#include <tkit/a.h>\\n#include <cuda/std/cstdint>\\n'
+               'extern "C" __global__ void k(float* x) {{ x[0] = twice(x[0]) + K + TK + %d.5f; }}\\n' % 6)
+        obj = kjit.compile(src, arch="sm_90", options=kjit.CompileOptions(include_dirs=json.loads(sys.argv[1])))
+        print(json.dumps([obj.metadata.get("pch"), keys]))
+    ''')
+
+    def key(cache: Path, **env: str) -> tuple:
+        e = dict(os.environ, KJIT_CACHE_DIR=str(cache), **env,
+                 PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        res = subprocess.run([sys.executable, "-c", probe, json.dumps(tree["dirs"])], env=e,
+                             capture_output=True, text=True, timeout=400)
+        assert res.returncode == 0, res.stderr[-3000:]
+        served, keys = json.loads(res.stdout.strip().splitlines()[-1])
+        return served, keys[-1]
+
+    served, with_pch = key(tree["cache"])
+    assert served == "used"
+    assert key(tmp_path / "plain", KJIT_PCH="0") == (None, with_pch)
+
+
+def test_keying_takes_a_known_digest_only_at_the_stat_it_was_known_at(tmp_path, monkeypatch):
+    from kjit.compiler.keys import snapshot
+    a, b = tmp_path / "a.h", tmp_path / "b.h"
+    a.write_text("int a;\n")
+    b.write_text("int b;\n")
+    past = time.time() - 60
+    for p in (a, b):
+        os.utime(p, (past, past))
+    started = time.time() + 1   # ctimes are now: keyable only for a compile started later
+    time.sleep(0.05)
+
+    def observed() -> observe.Observation:
+        obs = observe.Observation()
+        for p in (a, b):
+            st = p.stat()
+            obs.read[str(p)] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        obs.digests[str(a)] = "f" * 64
+        return obs
+
+    reads: list[str] = []
+    real = snapshot.read_hash
+    monkeypatch.setattr(snapshot, "read_hash", lambda p: reads.append(p) or real(p))
+    _snap, read, _probed = snapshot.from_observation(observed(), started)
+    assert dict(read) == {str(a): "f" * 64, str(b): real(str(b))} and reads == [str(b)]
+    obs = observed()
+    a.write_text("int A;\n")   # changed after the digest was known: the key is not made from it
+    assert snapshot.from_observation(obs, started) is None

@@ -131,8 +131,10 @@ class _Pch:
         out = Observation()
         files = self.snapshot.files
         for path in self.obs.read:
-            size, mtime, ctime, ino, _sha, _racy = files[path]
+            size, mtime, ctime, ino, sha, racy = files[path]
             out.read[path] = (0, ino, size, mtime, ctime)
+            if not racy:   # hashed at this stat by the check just made: keying reuses it
+                out.digests[path] = sha
         for path in self.obs.probed:
             size, mtime, ctime, ino, sha, _racy = files[path]
             if sha == PROBED:

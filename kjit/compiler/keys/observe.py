@@ -142,10 +142,12 @@ class Observation:
     probed: paths of regular files found but never opened; absent: paths looked for and not
     found; env: environment variable -> its value (None: unset) for each one the compiler read;
     cwd_dependent: a relative path or the working directory decided a lookup; unkeyable: why
-    the compile cannot be keyed (it read a device, a FIFO, kernel state), else None."""
+    the compile cannot be keyed (it read a device, a FIFO, kernel state), else None;
+    digests: path -> sha256 of files in `read` whose content is known at that stat already
+    (a precompiled header's, checked before its use), so keying need not read them again."""
 
     __slots__ = ("read", "probed", "absent", "env", "cwd", "cwd_dependent", "complete",
-                 "unkeyable")
+                 "unkeyable", "digests")
 
     def __init__(self) -> None:
         self.read: dict[str, tuple[int, int, int, int, int]] = {}
@@ -156,6 +158,7 @@ class Observation:
         self.cwd_dependent = False
         self.complete = True
         self.unkeyable: str | None = None
+        self.digests: dict[str, str] = {}
 
 
 def _real(path: str) -> str:
@@ -332,6 +335,7 @@ def merge(observations: list) -> Observation:
         for name, value in o.env.items():
             if out.env.setdefault(name, value) != value:
                 out.complete = False
+        out.digests.update((p, d) for p, d in o.digests.items() if out.read.get(p) == o.read.get(p))
         out.cwd_dependent |= o.cwd_dependent
         out.complete &= o.complete
         out.unkeyable = out.unkeyable or o.unkeyable

@@ -260,10 +260,11 @@ def from_observation(obs: Any, started: float) -> "tuple[Snapshot, list[tuple[st
     read = []
     for path in sorted(obs.read):
         dev, ino, size, mtime, ctime = obs.read[path]
+        known = obs.digests.get(path)
         try:
             st = os.stat(path)
-            sha = read_hash(path)
-            after = os.stat(path)
+            sha = known or read_hash(path)
+            after = st if known else os.stat(path)
         except OSError:
             return None
         if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != (ino, size, mtime, ctime) \
