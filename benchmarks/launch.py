@@ -18,7 +18,7 @@ import kjit
 from kjit import driver
 
 from .kernels import expected, launch_args, launch_source
-from .timing import PER_BATCH, Loop, per_launch_us
+from .timing import PER_BATCH, Loop
 
 NARGS = (1, 3, 16)
 HERE = Path(__file__).parent
@@ -32,22 +32,33 @@ def _check(name: str, nargs: int, got: float) -> dict:
     return {"check": got}
 
 
-# Toolkits take turns, round after round, so drift hits them alike. Each round gives every
-# toolkit its median over batches; a figure is then the median over rounds of the per-round
-# ratio to C (with its min and max), the paired method: the VM's neighbours move C itself by
-# 30% between rounds, and a ratio taken within one round cancels that.
+# The paired method, batch by batch: in each round every toolkit's batches alternate with
+# batches of C's loop in this process, so each batch has a C batch beside it in time, on the
+# same thread and CPU; a round's figure is the ratio of the two medians over its batches, and
+# a row is the median of those per-round ratios (with their min and max). A VM's neighbours
+# move C itself by 30% between rounds; a ratio taken between neighbouring batches cancels it.
 ROUNDS = int(os.environ.get("KJIT_BENCH_LAUNCH_ROUNDS", "21"))
 BATCHES_PER_ROUND = 10
 
 
 class Toolkit:
-    """One way to launch the benchmark kernels: prepare once, then time rounds."""
+    """One way to launch the benchmark kernels: prepare once, then time batches. A Python
+    toolkit keeps, per argument count, a tuple whose last item is its launch Loop."""
 
     name = ""
+    state: dict
 
     def prepare(self, n: int) -> None: ...
-    def time_round(self, n: int) -> float: ...
-    def check(self, n: int) -> None: ...
+
+    def batch(self, n: int) -> float:
+        """µs per launch over one batch of PER_BATCH launches (the queue not drained)."""
+        return self.state[n][-1](PER_BATCH) / PER_BATCH / 1e3
+
+    def sync(self) -> None:
+        kjit.synchronize()
+
+    def check(self, n: int) -> None:
+        _check(self.name, n, float(self.state[n][0].get()[0]))
 
 
 class CInProcess(Toolkit):
@@ -75,20 +86,12 @@ class CInProcess(Toolkit):
         arr = (ctypes.c_void_p * n)(*[ctypes.addressof(h) for h in holders])
         self.state[n] = (buf, holders, arr, int(func))
 
-    def time_round(self, n):
-        buf, _, arr, func = self.state[n]
-        samples = []
-        for b in range(-1, BATCHES_PER_ROUND):
-            us = self.lib.launch_batch(func, ctypes.addressof(arr), PER_BATCH, None)
-            if us < 0:
-                raise SystemExit(f"C cuLaunchKernel failed: CUresult {-int(us)}")
-            kjit.synchronize()
-            if b >= 0:
-                samples.append(us)
-        return statistics.median(samples)
-
-    def check(self, n):
-        _check(self.name, n, float(self.state[n][0].get()[0]))
+    def batch(self, n):
+        _, _, arr, func = self.state[n]
+        us = self.lib.launch_batch(func, ctypes.addressof(arr), PER_BATCH, None)
+        if us < 0:
+            raise SystemExit(f"C cuLaunchKernel failed: CUresult {-int(us)}")
+        return us
 
 
 class C(Toolkit):
@@ -138,11 +141,6 @@ class Bindings(Toolkit):
         self.state[n] = (buf, holders, arr, Loop("launch(func, 1, 1, 1, 32, 1, 1, 0, stream, addr, 0)",
                                                   launch=launch, func=func, stream=stream, addr=addr))
 
-    def time_round(self, n):
-        return per_launch_us(self.state[n][3], kjit.synchronize, batches=BATCHES_PER_ROUND)
-
-    def check(self, n):
-        _check(self.name, n, float(self.state[n][0].get()[0]))
 
 
 class KjitGetitem(Toolkit):
@@ -160,11 +158,6 @@ class KjitGetitem(Toolkit):
     def make(self, k, args):
         return Loop("k[1, 32]({args})", args, k=k)
 
-    def time_round(self, n):
-        return per_launch_us(self.state[n][1], kjit.synchronize, batches=BATCHES_PER_ROUND)
-
-    def check(self, n):
-        _check(self.name, n, float(self.state[n][0].get()[0]))
 
 
 class KjitStreamShared(KjitGetitem):
@@ -213,8 +206,8 @@ class KjitTorch(Toolkit):
         args, stream = [buf, *launch_args(n)], self.stream
         self.state[n] = (buf, Loop("k[1, 32, stream]({args})", args, k=k, stream=stream))
 
-    def time_round(self, n):
-        return per_launch_us(self.state[n][1], self.stream.synchronize, batches=BATCHES_PER_ROUND)
+    def sync(self):
+        self.stream.synchronize()
 
     def check(self, n):
         _check(self.name, n, float(self.state[n][0][0].item()))
@@ -285,11 +278,8 @@ class CudaCore(Toolkit):
         self.state[n] = (buf, Loop("launch(stream, cfg, kern, {args})", args, launch=launch,
                                    stream=stream, cfg=cfg, kern=kern))
 
-    def time_round(self, n):
-        return per_launch_us(self.state[n][1], self.stream.sync, batches=BATCHES_PER_ROUND)
-
-    def check(self, n):
-        _check(self.name, n, float(self.state[n][0].get()[0]))
+    def sync(self):
+        self.stream.sync()
 
 
 class CuPy(Toolkit):
@@ -307,8 +297,8 @@ class CuPy(Toolkit):
         args = (buf, *[np.int32(v) if isinstance(v, int) else np.float32(v) for v in launch_args(n)])
         self.state[n] = (buf, Loop("kern((1,), (32,), kargs)", kargs=args, kern=kern))
 
-    def time_round(self, n):
-        return per_launch_us(self.state[n][1], self.cp.cuda.Device().synchronize, batches=BATCHES_PER_ROUND)
+    def sync(self):
+        self.cp.cuda.Device().synchronize()
 
     def check(self, n):
         _check(self.name, n, float(self.state[n][0][0].get()))
@@ -322,25 +312,38 @@ ORDER = ["C cuLaunchKernel", "C cuLaunchKernel, a separate program", "cuda.bindi
          "cuda.core launch", "CuPy RawKernel"]
 
 
-def paired(samples: dict[str, dict[int, list[float]]], c_name: str = "C cuLaunchKernel") -> dict:
-    """{toolkit: {nargs: {"us", "ratio", "min", "max"}}}: per-round ratios to C, their median,
-    min and max, and the median µs."""
-    out: dict = {}
-    c = samples[c_name]
-    for name, rows in samples.items():
-        out[name] = {}
-        for n, values in rows.items():
-            ratios = [v / cv for v, cv in zip(values, c[n])]
-            out[name][n] = {"us": round(statistics.median(values), 3),
-                            "ratio": round(statistics.median(ratios), 3),
-                            "min": round(min(ratios), 3), "max": round(max(ratios), 3)}
-    return out
+def _row(us: list[float], floors: list[float]) -> dict:
+    ratios = [u / f for u, f in zip(us, floors)]
+    return {"us": round(statistics.median(us), 3), "ratio": round(statistics.median(ratios), 3),
+            "min": round(min(ratios), 3), "max": round(max(ratios), 3)}
+
+
+def _paired_round(t: Toolkit, floor: CInProcess, n: int) -> tuple[float, float]:
+    """(t's median µs, C's median µs) over one round's batches, the two alternating (which
+    goes first alternating too), after an untimed pair."""
+    ts, cs = [], []
+    for b in range(-1, BATCHES_PER_ROUND):
+        for who in ((floor, t) if b % 2 else (t, floor)):
+            us = who.batch(n)
+            who.sync()
+            if b >= 0:
+                (cs if who is floor else ts).append(us)
+    return statistics.median(ts), statistics.median(cs)
+
+
+def _alone(t: Toolkit, n: int) -> float:
+    samples = []
+    for _ in range(BATCHES_PER_ROUND):
+        samples.append(t.batch(n))
+        t.sync()
+    return statistics.median(samples)
 
 
 def run() -> tuple[dict, dict]:
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        toolkits: list[Toolkit] = [CInProcess(Path(tmp)), C(Path(tmp)), Bindings(), KjitGetitem(), KjitStreamShared(),
+        floor = CInProcess(Path(tmp))
+        toolkits: list[Toolkit] = [floor, C(Path(tmp)), Bindings(), KjitGetitem(), KjitStreamShared(),
                                    KjitDecorator(), KjitBound(), KjitLaunch(), KjitViaBindings()]
         for factory in (KjitTorch, KjitCuPy, CudaCore, CuPy):
             try:
@@ -355,17 +358,29 @@ def run() -> tuple[dict, dict]:
                 ready.append(t)
             except Exception as exc:
                 results[t.name] = f"failed to prepare: {type(exc).__name__}: {exc}"
-        samples: dict[str, dict[int, list[float]]] = {t.name: {n: [] for n in NARGS} for t in ready}
+        if floor not in ready:
+            raise SystemExit(f"the C floor could not be prepared: {results.get(floor.name)}")
+        others = [t for t in ready if t is not floor]
+        # per toolkit and argument count: (its µs, C's µs beside it) for each round
+        rounds: dict[str, dict[int, list[tuple[float, float]]]] = {t.name: {n: [] for n in NARGS} for t in others}
         for r in range(-1, ROUNDS):   # round -1 warms every path (clocks, caches) untimed
             for n in NARGS:
-                turn = (r + 1) % len(ready)   # each toolkit takes each place in the order in turn
-                for t in ready[turn:] + ready[:turn]:
-                    us = t.time_round(n)
+                turn = (r + 1) % len(others)   # each toolkit takes each place in the order in turn
+                for t in others[turn:] + others[:turn]:
+                    if isinstance(t, C):   # a program of its own: beside a round of the C floor
+                        got = (t.time_round(n), _alone(floor, n))
+                    else:
+                        got = _paired_round(t, floor, n)
                     if r >= 0:
-                        samples[t.name][n].append(us)
+                        rounds[t.name][n].append(got)
         for t in ready:
             for n in NARGS:
                 t.check(n)   # every figure came from launches that did their work
-        results.update(paired(samples))
-    rounds = {name: {n: [round(x, 3) for x in v] for n, v in rows.items()} for name, rows in samples.items()}
-    return {k: results[k] for k in ORDER if k in results}, rounds
+        floors = {n: [c for rows in rounds.values() for _, c in rows[n]] for n in NARGS}
+        results[floor.name] = {n: {"us": round(statistics.median(floors[n]), 3), "ratio": 1.0,
+                                   "min": 1.0, "max": 1.0} for n in NARGS}
+        for name, rows in rounds.items():
+            results[name] = {n: _row([u for u, _ in rows[n]], [c for _, c in rows[n]]) for n in NARGS}
+    raw = {name: {n: [[round(u, 3), round(c, 3)] for u, c in v] for n, v in rows.items()}
+           for name, rows in rounds.items()}
+    return {k: results[k] for k in ORDER if k in results}, raw
