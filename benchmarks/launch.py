@@ -61,6 +61,17 @@ class Toolkit:
         _check(self.name, n, float(self.state[n][0].get()[0]))
 
 
+def _prebuilt(n: int) -> tuple:
+    """(CUfunction, output array, argument holders, void** array) of the n-argument kernel:
+    what a C caller passes cuLaunchKernel."""
+    func = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}").handle
+    buf = kjit.zeros(16, np.float32)
+    holders = [ctypes.c_uint64(buf.ptr)]
+    for v in launch_args(n):
+        holders.append(ctypes.c_int32(v) if isinstance(v, int) else ctypes.c_float(v))
+    return func, buf, holders, (ctypes.c_void_p * n)(*[ctypes.addressof(h) for h in holders])
+
+
 class CInProcess(Toolkit):
     """C's cuLaunchKernel loop in this process (benchmarks/c/launch_loop.c through ctypes, one
     call per batch): the floor every ratio is taken to. It runs on the thread, CPU and
@@ -78,12 +89,7 @@ class CInProcess(Toolkit):
         self.state: dict = {}
 
     def prepare(self, n):
-        func = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}").handle
-        buf = kjit.zeros(16, np.float32)
-        holders = [ctypes.c_uint64(buf.ptr)]
-        for v in launch_args(n):
-            holders.append(ctypes.c_int32(v) if isinstance(v, int) else ctypes.c_float(v))
-        arr = (ctypes.c_void_p * n)(*[ctypes.addressof(h) for h in holders])
+        func, buf, holders, arr = _prebuilt(n)
         self.state[n] = (buf, holders, arr, int(func))
 
     def batch(self, n):
@@ -131,12 +137,7 @@ class Bindings(Toolkit):
 
     def prepare(self, n):
         drv = driver.bindings()
-        func = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}").handle
-        buf = kjit.zeros(16, np.float32)
-        holders = [ctypes.c_uint64(buf.ptr)]
-        for v in launch_args(n):
-            holders.append(ctypes.c_int32(v) if isinstance(v, int) else ctypes.c_float(v))
-        arr = (ctypes.c_void_p * n)(*[ctypes.addressof(h) for h in holders])
+        func, buf, holders, arr = _prebuilt(n)
         addr, stream, launch = ctypes.addressof(arr), drv.CUstream(0), drv.cuLaunchKernel
         self.state[n] = (buf, holders, arr, Loop("launch(func, 1, 1, 1, 32, 1, 1, 0, stream, addr, 0)",
                                                   launch=launch, func=func, stream=stream, addr=addr))

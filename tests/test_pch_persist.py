@@ -179,13 +179,14 @@ def test_a_pch_in_an_untrusted_directory_is_never_used(tree):
     assert got["stats"]["loaded"] == 0 and got["pch"] is None and got["same"]
 
 
-def test_compile_many_in_a_fresh_process_uses_the_stored_pch_from_every_workers_first(tree):
-    _built(tree)
+def _many(tree: dict, fraction: str) -> list:
+    """How a PCH served each of six variants (constants ending in `fraction`) compiled by
+    kjit.compile_many on two workers in a fresh process."""
     code = textwrap.dedent(f"""
         import json, os, kjit
         os.environ["KJIT_COMPILE_JOBS"] = "2"
         srcs = [('#include "h.h"\\n#include <tkit/a.h>\\n#include <cuda/std/cstdint>\\n'
-                 'extern "C" __global__ void k(float* x) {{ x[0] = twice(x[0]) + K + TK + %d.25f; }}\\n' % i)
+                 'extern "C" __global__ void k(float* x) {{ x[0] = twice(x[0]) + K + TK + %d.{fraction}f; }}\\n' % i)
                 for i in range(6)]
         objs = kjit.compile_many(srcs, arch="sm_90", options=kjit.CompileOptions(include_dirs={tree["dirs"]!r}),
                                  progress=False)
@@ -196,7 +197,12 @@ def test_compile_many_in_a_fresh_process_uses_the_stored_pch_from_every_workers_
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=400)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert json.loads(res.stdout.strip().splitlines()[-1]) == ["used"] * 6
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_compile_many_in_a_fresh_process_uses_the_stored_pch_from_every_workers_first(tree):
+    _built(tree)
+    assert _many(tree, "25") == ["used"] * 6
 
 
 # --- the cache's side: size cap, LRU, stats, clear ---------------------------------------------
@@ -290,22 +296,7 @@ def test_a_pch_filed_meanwhile_from_headers_since_edited_is_not_taken(tree):
 def test_workers_starting_together_build_one_pch_between_them(tree):
     """compile_many's workers meet a prologue no PCH exists for at the same moment: one
     builds it, the others wait for it and start from it (not one ~300 MB PCH each)."""
-    code = textwrap.dedent(f"""
-        import json, os, kjit
-        os.environ["KJIT_COMPILE_JOBS"] = "2"
-        srcs = [('#include "h.h"\\n#include <tkit/a.h>\\n#include <cuda/std/cstdint>\\n'
-                 'extern "C" __global__ void k(float* x) {{ x[0] = twice(x[0]) + K + TK + %d.5f; }}\\n' % i)
-                for i in range(6)]
-        objs = kjit.compile_many(srcs, arch="sm_90", options=kjit.CompileOptions(include_dirs={tree["dirs"]!r}),
-                                 progress=False)
-        print(json.dumps([o.metadata.get("pch") for o in objs]))
-    """)
-    env = dict(os.environ, KJIT_CACHE_DIR=str(tree["cache"]),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=400)
-    assert res.returncode == 0, res.stderr[-3000:]
-    served = json.loads(res.stdout.strip().splitlines()[-1])
+    served = _many(tree, "5")
     assert served.count("created") == 1 and served.count("used") == 5, served
     assert len(list((tree["cache"] / "pch").glob("*.pch"))) == 1
     assert not list((tree["cache"] / "pch").glob("*.building")), "a claim outlived its build"
