@@ -1,81 +1,167 @@
-"""Benchmark 10: the host cost per kernel of replaying a kjit graph of 1, 10 and 100 launches,
-and of an update then a replay, against the same launches made one by one (kjit and C's
-cuLaunchKernel, `benchmarks/c/launch_bench.c`) in one run, rounds interleaved. Each result is
-checked on the device."""
+"""Benchmark 10: the host cost per kernel of replaying a graph of 1, 10 and 100 launches of
+the 3-argument kernel, kjit's beside C's, cuda.bindings', CuPy's and cuda.core's graphs of
+the same launches, and of a kjit node's update then a replay; against the same launch made one
+by one (C's cuLaunchKernel loop in this process, the floor of benchmarks/launch.py, and kjit's
+`k[1, 32](...)`). Paired as the launch benchmark is: each variant's batches alternate with the
+floor's, and a round's ratio is the ratio of their medians. Each result is checked on the
+device."""
 from __future__ import annotations
 
+import ctypes
 import statistics
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
 import kjit
+from kjit import driver
 
 from .kernels import expected, launch_args, launch_source
-from .timing import per_launch_us
+from .timing import Loop
 
 NARGS = 3
 SIZES = (1, 10, 100)
 ROUNDS = 9
-REPLAYS = 200   # graph launches per timed batch for the 1-node graph; fewer for larger ones
+BATCHES = 10
+REPLAYS = 200   # replays per batch of a 1-node graph; fewer for larger ones (as many kernels)
 
 
-def _check(what: str, out: kjit.DeviceArray) -> None:
-    got = float(out.get()[0])
+def _check(what: str, got: float) -> None:
     if abs(got - expected(NARGS)) >= 1e-3:
-        raise SystemExit(f"{what} left {got} in out[0], expected {expected(NARGS)}")
+        raise SystemExit(f"{what} left {got} in out[0], expected {expected(NARGS)}: it did nothing")
+
+
+class Variant:
+    """A way to run `kernels` launches: `batch()` gives µs per kernel over one batch."""
+
+    def __init__(self, name: str, kernels: int, loop: Loop | None = None,
+                 c_batch: Callable[[int], float] | None = None, check: Callable[[], float] | None = None):
+        self.name, self.kernels, self.loop, self.c_batch, self.check = name, kernels, loop, c_batch, check
+        self.calls = max(2, REPLAYS // kernels)
+
+    def batch(self) -> float:
+        us = self.c_batch(self.calls) if self.c_batch else self.loop(self.calls) / 1e3 / self.calls
+        if us < 0:
+            raise SystemExit(f"{self.name}: CUresult {-int(us)}")
+        return us / self.kernels
+
+
+def _captured(drv: Any, stream: Any, func: Any, addr: int, size: int) -> Any:
+    """An executable graph of `size` launches captured from cuda.bindings' cuLaunchKernel."""
+    driver.call(drv.cuStreamBeginCapture, stream,
+                drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+    for _ in range(size):
+        driver.call(drv.cuLaunchKernel, func, 1, 1, 1, 32, 1, 1, 0, stream, addr, 0)
+    graph = driver.call(drv.cuStreamEndCapture, stream)
+    return driver.call(drv.cuGraphInstantiate, graph, 0)
+
+
+def _peers(variants: list, skipped: dict) -> None:
+    """CuPy's and cuda.core's graphs of the same launches, where they are installed."""
+    try:
+        import cupy as cp
+        kern = cp.RawKernel(launch_source(NARGS), f"k{NARGS}")
+        buf = cp.zeros(16, cp.float32)
+        cargs = (buf, *[np.int32(v) if isinstance(v, int) else np.float32(v) for v in launch_args(NARGS)])
+        stream = cp.cuda.Stream(non_blocking=True)
+        for size in SIZES:
+            with stream:
+                stream.begin_capture()
+                for _ in range(size):
+                    kern((1,), (32,), cargs)
+                g = stream.end_capture()
+            variants.append(Variant(f"CuPy graph of {size}: Graph.launch", size,
+                                    Loop("g.launch(s)", g=g, s=stream),
+                                    check=lambda: float(buf[0].get())))
+    except Exception as exc:  # a peer that is missing or changed its API
+        skipped["CuPy graphs"] = f"unavailable: {type(exc).__name__}: {exc}"
+    try:
+        try:
+            from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+        except ImportError:
+            from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
+        dev = Device(0)
+        dev.set_current()
+        arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
+        kern = Program(launch_source(NARGS), code_type="c++",
+                       options=ProgramOptions(arch=arch)).compile("cubin").get_kernel(f"k{NARGS}")
+        out = kjit.zeros(16, np.float32)
+        cargs = [out.ptr, *[np.int32(v) if isinstance(v, int) else np.float32(v) for v in launch_args(NARGS)]]
+        stream, cfg = dev.create_stream(), LaunchConfig(grid=1, block=32)
+        for size in SIZES:
+            gb = dev.create_graph_builder().begin_building()
+            for _ in range(size):
+                launch(gb, cfg, kern, *cargs)
+            g = gb.end_building().complete()
+            variants.append(Variant(f"cuda.core graph of {size}: Graph.launch", size,
+                                    Loop("g.launch(s)", g=g, s=stream),
+                                    check=lambda out=out: float(out.get()[0])))
+    except Exception as exc:
+        skipped["cuda.core graphs"] = f"unavailable: {type(exc).__name__}: {exc}"
 
 
 def run() -> dict:
-    from .launch import C
-    obj = kjit.compile(launch_source(NARGS))
-    k = kjit.load(obj).get_function(f"k{NARGS}")
+    from .launch import CInProcess
+    floor = CInProcess(Path(tempfile.mkdtemp(prefix="kjit-graph-bench-")))
+    floor.prepare(NARGS)
+    c_buf, _, c_arr, c_func = floor.state[NARGS]
+    k = kjit.load(kjit.compile(launch_source(NARGS))).get_function(f"k{NARGS}")
     out = kjit.zeros(16, np.float32)
     args = [out, *launch_args(NARGS)]
-    launch = k[1, 32]
-    launch(*args)
+    launcher = k[1, 32]
+    launcher(*args)
     kjit.synchronize()
-    graphs = {}
+    drv = driver.bindings()
+    stream = driver.call(drv.cuStreamCreate, 1)   # non-blocking, as kjit's graph stream is
+    variants = [Variant("kjit k[1, 32](...), one by one", 1, Loop("k[1, 32]({args})", args, k=k),
+                        check=lambda: float(out.get()[0]))]
+    skipped: dict = {}
     for size in SIZES:
         with kjit.graph() as g:
             for _ in range(size):
-                launch(*args)
-        graphs[size] = g
-    c = C(Path(tempfile.mkdtemp(prefix="kjit-graph-bench-")))
-    c.prepare(NARGS)
-    samples: dict[str, list[float]] = {}
-
-    def note(name: str, us: float) -> None:
-        samples.setdefault(name, []).append(us)
-
-    node = graphs[1].nodes[0]
+                launcher(*args)
+        execs = _captured(drv, stream, drv.CUfunction(c_func), ctypes.addressof(c_arr), size)
+        driver.call(drv.cuGraphLaunch, execs, stream)   # the untimed replays' errors are not read
+        raw = int(execs)
+        variants += [
+            Variant(f"C graph of {size}: cuGraphLaunch", size,
+                    c_batch=lambda n, raw=raw: floor.lib.graph_batch(raw, n, int(stream)),
+                    check=lambda: float(c_buf.get()[0])),
+            Variant(f"cuda.bindings graph of {size}: cuGraphLaunch", size,
+                    Loop("replay(e, s)", replay=drv.cuGraphLaunch, e=execs, s=stream)),
+            Variant(f"kjit graph of {size}: g.launch()", size, Loop("g.launch()", g=g)),
+        ]
+        if size == 1:
+            node, one = g.nodes[0], g
+    variants.append(Variant("kjit node.update(...) then g.launch(), 1 node", 1,
+                            Loop("node.update({args}); g.launch()", args, node=node, g=one)))
+    _peers(variants, skipped)
+    floor_us: list[float] = []
+    rounds: dict[str, list[tuple[float, float]]] = {v.name: [] for v in variants}
     for r in range(-1, ROUNDS):   # round -1 warms up, untimed
-        c_us = c.time_round(NARGS)
-        eager = per_launch_us(lambda: launch(*args), kjit.synchronize)
-        per_kernel = {}
-        for size, g in graphs.items():
-            per_call = per_launch_us(g.launch, g.synchronize, per_batch=max(2, REPLAYS // size),
-                                     batches=20)
-            per_kernel[size] = per_call / size
-        upd = per_launch_us(lambda: (node.update(*args), graphs[1].launch()), graphs[1].synchronize,
-                            per_batch=100, batches=20)
-        if r < 0:
-            continue
-        note("C cuLaunchKernel us", c_us)
-        note("kjit k[1, 32] eager us", eager)
-        for size, us in per_kernel.items():
-            note(f"kjit graph of {size}: us per kernel", us)
-        note("kjit update + replay (1 node) us", upd)
-    for size, g in graphs.items():
-        g.launch()
-        g.synchronize()
-    _check("graph replays", out)
-    c.check(NARGS)
-    res: dict = {name: statistics.median(v) for name, v in samples.items()}
-    for name, v in samples.items():
-        if name.startswith("kjit"):
-            ratios = [a / b for a, b in zip(v, samples["C cuLaunchKernel us"])]
-            res[f"{name} / C (median [min-max])"] = (
-                f"{statistics.median(ratios):.3f}x [{min(ratios):.3f}-{max(ratios):.3f}]")
+        for v in variants:
+            vs, cs = [], []
+            for b in range(-1, BATCHES):
+                for who in (("floor", "v") if b % 2 else ("v", "floor")):
+                    us = floor.batch(NARGS) if who == "floor" else v.batch()
+                    kjit.synchronize()
+                    if b >= 0:
+                        (cs if who == "floor" else vs).append(us)
+            if r >= 0:
+                rounds[v.name].append((statistics.median(vs), statistics.median(cs)))
+                floor_us.append(statistics.median(cs))
+    floor.check(NARGS)
+    for v in variants:
+        if v.check is not None:
+            _check(v.name, v.check())
+    res: dict = {"C cuLaunchKernel, one by one (the floor): us per kernel": round(statistics.median(floor_us), 3)}
+    for name, pairs in rounds.items():
+        ratios = [u / c for u, c in pairs]
+        res[f"{name}: us per kernel"] = round(statistics.median(u for u, _ in pairs), 3)
+        res[f"{name}: / C one launch (median [min-max])"] = \
+            f"{statistics.median(ratios):.3f}x [{min(ratios):.3f}-{max(ratios):.3f}]"
+    res.update(skipped)
+    driver.call(drv.cuStreamDestroy, stream)
     return res

@@ -86,6 +86,8 @@ class CInProcess(Toolkit):
         self.lib = ctypes.CDLL(str(lib))
         self.lib.launch_batch.restype = ctypes.c_double
         self.lib.launch_batch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+        self.lib.graph_batch.restype = ctypes.c_double
+        self.lib.graph_batch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
         self.state: dict = {}
 
     def prepare(self, n):
