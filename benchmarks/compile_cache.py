@@ -14,7 +14,7 @@ from pathlib import Path
 
 import kjit
 
-from .kernels import HEADERS_SOURCE, launch_source
+from .kernels import HEADERS_SOURCE, cuda_core_device, launch_source
 
 SRC = launch_source(3)
 FRESH_RUNS = 11
@@ -342,13 +342,8 @@ def run() -> dict:
             out["cupy"] = f"not installed ({exc})"
         # cuda.core: Program compile (it has no cache for this case before 1.2)
         try:
-            try:
-                from cuda.core import Device, Program, ProgramOptions
-            except ImportError:
-                from cuda.core.experimental import Device, Program, ProgramOptions
-            dev = Device(0)
-            dev.set_current()
-            arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
+            core, _, arch = cuda_core_device()
+            Program, ProgramOptions = core.Program, core.ProgramOptions
             t0 = time.perf_counter()
             Program(SRC, code_type="c++", options=ProgramOptions(arch=arch)).compile("cubin")
             out["cuda.core cold compile ms"] = (time.perf_counter() - t0) * 1e3

@@ -18,13 +18,13 @@ import numpy as np
 import kjit
 from kjit import driver
 
-from .kernels import expected, launch_args, launch_source
+from .kernels import cuda_core_kernel, expected, launch_args, launch_source, numpy_args
+from .launch import CInProcess, Toolkit, paired_round
 from .timing import Loop
 
 NARGS = 3
 SIZES = (1, 10, 100)
 ROUNDS = 9
-BATCHES = 10
 REPLAYS = 200   # replays per batch of a 1-node graph; fewer for larger ones (as many kernels)
 
 
@@ -33,15 +33,15 @@ def _check(what: str, got: float) -> None:
         raise SystemExit(f"{what} left {got} in out[0], expected {expected(NARGS)}: it did nothing")
 
 
-class Variant:
+class Variant(Toolkit):
     """A way to run `kernels` launches: `batch()` gives µs per kernel over one batch."""
 
     def __init__(self, name: str, kernels: int, loop: Loop | None = None,
                  c_batch: Callable[[int], float] | None = None, check: Callable[[], float] | None = None):
-        self.name, self.kernels, self.loop, self.c_batch, self.check = name, kernels, loop, c_batch, check
+        self.name, self.kernels, self.loop, self.c_batch, self.check_value = name, kernels, loop, c_batch, check
         self.calls = max(2, REPLAYS // kernels)
 
-    def batch(self) -> float:
+    def batch(self, n: int = NARGS) -> float:
         us = self.c_batch(self.calls) if self.c_batch else self.loop(self.calls) / 1e3 / self.calls
         if us < 0:
             raise SystemExit(f"{self.name}: CUresult {-int(us)}")
@@ -64,7 +64,7 @@ def _peers(variants: list, skipped: dict) -> None:
         import cupy as cp
         kern = cp.RawKernel(launch_source(NARGS), f"k{NARGS}")
         buf = cp.zeros(16, cp.float32)
-        cargs = (buf, *[np.int32(v) if isinstance(v, int) else np.float32(v) for v in launch_args(NARGS)])
+        cargs = (buf, *numpy_args(NARGS))
         stream = cp.cuda.Stream(non_blocking=True)
         for size in SIZES:
             with stream:
@@ -78,18 +78,10 @@ def _peers(variants: list, skipped: dict) -> None:
     except Exception as exc:  # a peer that is missing or changed its API
         skipped["CuPy graphs"] = f"unavailable: {type(exc).__name__}: {exc}"
     try:
-        try:
-            from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
-        except ImportError:
-            from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
-        dev = Device(0)
-        dev.set_current()
-        arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
-        kern = Program(launch_source(NARGS), code_type="c++",
-                       options=ProgramOptions(arch=arch)).compile("cubin").get_kernel(f"k{NARGS}")
+        core, dev, kern = cuda_core_kernel(NARGS)
         out = kjit.zeros(16, np.float32)
-        cargs = [out.ptr, *[np.int32(v) if isinstance(v, int) else np.float32(v) for v in launch_args(NARGS)]]
-        stream, cfg = dev.create_stream(), LaunchConfig(grid=1, block=32)
+        cargs = [out.ptr, *numpy_args(NARGS)]
+        stream, cfg, launch = dev.create_stream(), core.LaunchConfig(grid=1, block=32), core.launch
         for size in SIZES:
             gb = dev.create_graph_builder().begin_building()
             for _ in range(size):
@@ -103,7 +95,6 @@ def _peers(variants: list, skipped: dict) -> None:
 
 
 def run() -> dict:
-    from .launch import CInProcess
     floor = CInProcess(Path(tempfile.mkdtemp(prefix="kjit-graph-bench-")))
     floor.prepare(NARGS)
     c_buf, _, c_arr, c_func = floor.state[NARGS]
@@ -142,20 +133,14 @@ def run() -> dict:
     rounds: dict[str, list[tuple[float, float]]] = {v.name: [] for v in variants}
     for r in range(-1, ROUNDS):   # round -1 warms up, untimed
         for v in variants:
-            vs, cs = [], []
-            for b in range(-1, BATCHES):
-                for who in (("floor", "v") if b % 2 else ("v", "floor")):
-                    us = floor.batch(NARGS) if who == "floor" else v.batch()
-                    kjit.synchronize()
-                    if b >= 0:
-                        (cs if who == "floor" else vs).append(us)
+            got = paired_round(v, floor, NARGS)
             if r >= 0:
-                rounds[v.name].append((statistics.median(vs), statistics.median(cs)))
-                floor_us.append(statistics.median(cs))
+                rounds[v.name].append(got)
+                floor_us.append(got[1])
     floor.check(NARGS)
     for v in variants:
-        if v.check is not None:
-            _check(v.name, v.check())
+        if v.check_value is not None:
+            _check(v.name, v.check_value())
     res: dict = {"C cuLaunchKernel, one by one (the floor): us per kernel": round(statistics.median(floor_us), 3)}
     for name, pairs in rounds.items():
         ratios = [u / c for u, c in pairs]

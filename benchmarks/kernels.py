@@ -1,5 +1,8 @@
-"""The kernels every toolkit launches, and the value each must leave in out[0]."""
+"""The kernels every toolkit launches, the arguments each passes, and the value each must
+leave in out[0]; and cuda.core's side of them (its namespace moved between releases)."""
 from __future__ import annotations
+
+from typing import Any
 
 
 def launch_source(nargs: int) -> str:
@@ -30,6 +33,38 @@ def launch_args(nargs: int) -> list:
     for i in range(3, nargs):
         vals.append(i if i % 2 else float(i))
     return vals
+
+
+def numpy_args(nargs: int) -> list:
+    """launch_args as exact numpy scalars (int32, float32), as CuPy and cuda.core take them."""
+    import numpy as np
+    return [np.int32(v) if isinstance(v, int) else np.float32(v) for v in launch_args(nargs)]
+
+
+def cuda_core() -> Any:
+    """cuda.core's namespace: `cuda.core`, or `cuda.core.experimental` in releases before
+    its names moved up. ImportError where it is not installed."""
+    try:
+        import cuda.core as core
+        core.Program   # noqa: B018  (the names, not only the package)
+    except (ImportError, AttributeError):
+        import cuda.core.experimental as core
+    return core
+
+
+def cuda_core_device() -> tuple[Any, Any, str]:
+    """(cuda.core's namespace, device 0 made current, its arch as "sm_XY")."""
+    core = cuda_core()
+    dev = core.Device(0)
+    dev.set_current()
+    return core, dev, "sm_" + "".join(str(x) for x in dev.compute_capability)
+
+
+def cuda_core_kernel(nargs: int) -> tuple[Any, Any, Any]:
+    """(namespace, device, the nargs-argument kernel compiled by cuda.core for the device)."""
+    core, dev, arch = cuda_core_device()
+    prog = core.Program(launch_source(nargs), code_type="c++", options=core.ProgramOptions(arch=arch))
+    return core, dev, prog.compile("cubin").get_kernel(f"k{nargs}")
 
 
 def expected(nargs: int) -> float:

@@ -17,7 +17,7 @@ import numpy as np
 import kjit
 from kjit import driver
 
-from .kernels import expected, launch_args, launch_source
+from .kernels import cuda_core_device, cuda_core_kernel, expected, launch_args, launch_source, numpy_args
 from .timing import PER_BATCH, Loop
 
 NARGS = (1, 3, 16)
@@ -259,27 +259,16 @@ class CudaCore(Toolkit):
     name = "cuda.core launch"
 
     def __init__(self):
-        try:
-            from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
-        except ImportError:
-            from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
-        self.api = (Program, ProgramOptions, LaunchConfig, launch)
-        dev = Device(0)
-        dev.set_current()
-        self.stream = dev.create_stream()
-        self.arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
         self.state = {}
+        core, dev, _ = cuda_core_device()
+        self.stream, self.config, self.launch = dev.create_stream(), core.LaunchConfig(grid=1, block=32), core.launch
 
     def prepare(self, n):
-        Program, ProgramOptions, LaunchConfig, launch = self.api
-        prog = Program(launch_source(n), code_type="c++", options=ProgramOptions(arch=self.arch))
-        kern = prog.compile("cubin").get_kernel(f"k{n}")
+        kern = cuda_core_kernel(n)[2]
         buf = kjit.zeros(16, np.float32)
-        args = [buf.ptr]  # cuda.core takes ints as pointers: scalars as exact numpy types
-        args += [np.int32(v) if isinstance(v, int) else np.float32(v) for v in launch_args(n)]
-        cfg, stream = LaunchConfig(grid=1, block=32), self.stream
-        self.state[n] = (buf, Loop("launch(stream, cfg, kern, {args})", args, launch=launch,
-                                   stream=stream, cfg=cfg, kern=kern))
+        args = [buf.ptr, *numpy_args(n)]   # cuda.core takes ints as pointers: scalars as exact numpy types
+        self.state[n] = (buf, Loop("launch(stream, cfg, kern, {args})", args, launch=self.launch,
+                                   stream=self.stream, cfg=self.config, kern=kern))
 
     def sync(self):
         self.stream.sync()
@@ -297,7 +286,7 @@ class CuPy(Toolkit):
         cp = self.cp
         kern = cp.RawKernel(launch_source(n), f"k{n}")
         buf = cp.zeros(16, cp.float32)
-        args = (buf, *[np.int32(v) if isinstance(v, int) else np.float32(v) for v in launch_args(n)])
+        args = (buf, *numpy_args(n))
         self.state[n] = (buf, Loop("kern((1,), (32,), kargs)", kargs=args, kern=kern))
 
     def sync(self):
@@ -321,7 +310,7 @@ def _row(us: list[float], floors: list[float]) -> dict:
             "min": round(min(ratios), 3), "max": round(max(ratios), 3)}
 
 
-def _paired_round(t: Toolkit, floor: CInProcess, n: int) -> tuple[float, float]:
+def paired_round(t: Toolkit, floor: CInProcess, n: int) -> tuple[float, float]:
     """(t's median µs, C's median µs) over one round's batches, the two alternating (which
     goes first alternating too), after an untimed pair."""
     ts, cs = [], []
@@ -373,7 +362,7 @@ def run() -> tuple[dict, dict]:
                     if isinstance(t, C):   # a program of its own: beside a round of the C floor
                         got = (t.time_round(n), _alone(floor, n))
                     else:
-                        got = _paired_round(t, floor, n)
+                        got = paired_round(t, floor, n)
                     if r >= 0:
                         rounds[t.name][n].append(got)
         for t in ready:

@@ -28,25 +28,19 @@ import kjit
 from kjit.runtime.libcuda import extension
 
 from .kernels import launch_args, launch_source
-from .launch import BATCHES_PER_ROUND, CInProcess
-from .timing import PER_BATCH, Loop
+from .launch import CInProcess, Toolkit, paired_round
+from .timing import Loop
 
 ROUNDS = 15
 NARGS = (1, 3, 16)
 
 
 def _paired(loop: Loop, floor: CInProcess, n: int) -> float:
-    """One round: ns per launch of `loop` minus C's, medians over alternating batches."""
-    xs, cs = [], []
-    for b in range(-1, BATCHES_PER_ROUND):
-        x = loop(PER_BATCH) / PER_BATCH
-        kjit.synchronize()
-        c = floor.batch(n) * 1e3
-        kjit.synchronize()
-        if b >= 0:
-            xs.append(x)
-            cs.append(c)
-    return statistics.median(xs) - statistics.median(cs)
+    """One round: ns per launch of `loop` above C's, as benchmarks/launch.py pairs them."""
+    variant = Toolkit()
+    variant.state = {n: (loop,)}
+    ours, c = paired_round(variant, floor, n)
+    return (ours - c) * 1e3
 
 
 def _per_call_ns(loop: Loop, calls: int = 20000) -> float:
