@@ -209,6 +209,64 @@ def test_kernel_base_serves_configured_launchers_and_configures_a_miss_once():
     assert k.configured == [(1, 32), ([2, 1], 32), ([2, 1], 32)]
 
 
+
+class _Stream:
+    """A stream object whose __hash__ is Python, as torch.cuda.Stream's is: it counts calls."""
+    hashed = 0
+
+    def __hash__(self):
+        _Stream.hashed += 1
+        return 7
+
+
+def test_kernel_base_answers_a_repeated_config_without_hashing_its_stream_again():
+    class K(_base("KernelBase")):
+        def __init__(self):
+            self._configs, self.configured = {}, 0
+
+        def _configure(self, config):
+            self.configured += 1
+            launcher = self._configs[config] = object()
+            return launcher
+
+    k, s = K(), _Stream()
+    first = k[1, 32, s]
+    _Stream.hashed = 0
+    assert all(k[1, 32, s] is first for _ in range(5))
+    assert _Stream.hashed <= 1   # the first repeat is looked up; the rest are remembered
+    assert k.configured == 1
+    other = _Stream()
+    assert k[1, 32, other] is not first          # another stream object is another config
+    assert k[1, 32, s] is first and k[1, 64, s] is not first
+    k._configs = {}                              # a new table: nothing is remembered
+    again = k[1, 32, s]
+    assert again is not first and k.configured == 4
+
+
+def test_kernel_base_memo_keeps_to_tuples_hashed_as_tuples():
+    import collections
+
+    class Hashed(tuple):   # its own equality: k[config] must ask the table every time
+        def __hash__(self):
+            _Stream.hashed += 1
+            return tuple.__hash__(self)
+
+    class K(_base("KernelBase")):
+        def __init__(self):
+            self._configs = {}
+
+        def _configure(self, config):
+            launcher = self._configs[config] = object()
+            return launcher
+
+    k = K()
+    config = Hashed((1, 32))
+    first = k[config]
+    _Stream.hashed = 0
+    assert k[config] is first and k[config] is first and _Stream.hashed == 2
+    Cfg = collections.namedtuple("Cfg", "grid block")
+    named = Cfg(1, 32)
+    assert k[named] is k[named] is k[(1, 32)]   # equal to the plain tuple, so the same entry
 def test_kernel_base_errors_come_from_configure():
     class K(_base("KernelBase")):
         def __init__(self):

@@ -330,7 +330,11 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     void* stream = L->stream;
     if (r != 0 || ((L->flags & L_AUTO_STREAM) && !kjit_framework_stream(seen, L->device, &stream)))
         return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
-    if (PyList_GET_ITEM(L->last, 0) != L->name) {   /* the kernel an async error is blamed on */
+    /* the kernel an async error is blamed on; the list is kjit's and one item long, but a
+     * list can be emptied from Python */
+    if (PyList_GET_SIZE(L->last) < 1) {
+        if (PyList_Append(L->last, L->name) < 0) return NULL;
+    } else if (PyList_GET_ITEM(L->last, 0) != L->name) {
         Py_INCREF(L->name);
         if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
     }

@@ -16,15 +16,23 @@ void kjit_tables_bind(kjit_ctx_current_fn fn) { ctx_current = fn; }
 typedef struct {
     PyObject_HEAD
     PyObject* table;   /* KernelBase: config -> Launcher; KernelFunctionBase: context -> Kernel */
+    /* KernelBase: the last config the table answered and its answer. A config whose items
+     * are those very objects gets the same answer without hashing it again, which for a
+     * stream object can run Python (torch.cuda.Stream.__hash__ builds a torch.device).
+     * Replacing the table (`_configs = {}`, the only way kjit empties it) forgets them. */
+    PyObject* last_config;
+    PyObject* last_hit;
 } TableBase;
 
 static int table_traverse(PyObject* op, visitproc visit, void* arg) {
-    Py_VISIT(((TableBase*)op)->table);
+    TableBase* t = (TableBase*)op;
+    Py_VISIT(t->table); Py_VISIT(t->last_config); Py_VISIT(t->last_hit);
     return 0;
 }
 
 static int table_clear(PyObject* op) {
-    Py_CLEAR(((TableBase*)op)->table);
+    TableBase* t = (TableBase*)op;
+    Py_CLEAR(t->table); Py_CLEAR(t->last_config); Py_CLEAR(t->last_hit);
     return 0;
 }
 
@@ -37,11 +45,36 @@ static void table_dealloc(PyObject* op) {
 /* The lookups run Python (the config's __hash__ and __eq__, a stream object's among them),
  * which may replace or empty the table, or drop the Kernel it held: each object a lookup
  * goes on using is held across it. */
+/* A config the memo may answer for: a tuple (or namedtuple) hashed and compared as a tuple,
+ * so one whose items are the same objects is equal and hashes alike. */
+static int memo_config(PyObject* c) {
+    return PyTuple_Check(c) && Py_TYPE(c)->tp_hash == PyTuple_Type.tp_hash &&
+           Py_TYPE(c)->tp_richcompare == PyTuple_Type.tp_richcompare;
+}
+
+static int same_items(PyObject* a, PyObject* b) {
+    if (a == b) return 1;
+    if (!a || Py_TYPE(a) != Py_TYPE(b)) return 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(b);
+    if (PyTuple_GET_SIZE(a) != n) return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (PyTuple_GET_ITEM(a, i) != PyTuple_GET_ITEM(b, i)) return 0;
+    return 1;
+}
+
 static PyObject* kernel_subscript(PyObject* self, PyObject* config) {
-    PyObject* table = ((TableBase*)self)->table;
+    TableBase* tb = (TableBase*)self;
+    PyObject* table = tb->table;
+    int memo = memo_config(config);
+    if (memo && tb->last_hit && same_items(tb->last_config, config)) return Py_NewRef(tb->last_hit);
     if (table && PyDict_CheckExact(table)) {
         Py_INCREF(table);
         PyObject* hit = Py_XNewRef(PyDict_GetItemWithError(table, config));
+        /* remembered only while the table that answered is still the kernel's */
+        if (hit && memo && tb->table == table) {
+            Py_XSETREF(tb->last_config, Py_NewRef(config));
+            Py_XSETREF(tb->last_hit, Py_NewRef(hit));
+        }
         Py_DECREF(table);
         if (hit) return hit;
         if (PyErr_Occurred()) {
@@ -75,9 +108,23 @@ static PyObject* function_subscript(PyObject* self, PyObject* config) {
     return PyObject_CallMethodOneArg(self, s_getitem_slow, config);
 }
 
-static PyMemberDef kernel_members[] = {
-    {"_configs", T_OBJECT, offsetof(TableBase, table), 0, "config -> launcher"},
-    {NULL, 0, 0, 0, NULL},
+static PyObject* get_configs(PyObject* self, void* closure) {
+    PyObject* t = ((TableBase*)self)->table;
+    return Py_NewRef(t ? t : Py_None);
+}
+
+/* a new table: the memo answered for the old one */
+static int set_configs(PyObject* self, PyObject* value, void* closure) {
+    TableBase* tb = (TableBase*)self;
+    Py_CLEAR(tb->last_config);
+    Py_CLEAR(tb->last_hit);
+    Py_XSETREF(tb->table, Py_XNewRef(value));
+    return 0;
+}
+
+static PyGetSetDef kernel_getset[] = {
+    {"_configs", get_configs, set_configs, "config -> launcher (assign a new dict to change it)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyMemberDef function_members[] = {
@@ -98,7 +145,7 @@ static PyTypeObject KernelBaseType = {
     .tp_clear = table_clear,
     .tp_dealloc = table_dealloc,
     .tp_as_mapping = &kernel_mapping,
-    .tp_members = kernel_members,
+    .tp_getset = kernel_getset,
     .tp_doc = "k[config] from the _configs table in C; a miss calls self._configure(config).",
 };
 

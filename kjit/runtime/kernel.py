@@ -315,7 +315,7 @@ class Kernel(_KernelBase):
 
     def _cache_launcher(self, config: Any, launcher: Callable[..., None]) -> None:
         if len(self._configs) >= _MAX_CONFIGS:
-            self._configs.clear()
+            self._configs = {}   # a new table, never cleared in place: C's memo forgets with it
         try:
             self._configs[config] = launcher
         except TypeError:  # unhashable stream object: don't cache
@@ -327,7 +327,7 @@ class Kernel(_KernelBase):
         in the context then current, loaded there on first use."""
         self.context_address = NO_CONTEXT
         self.context_cell.value = NO_CONTEXT
-        self._configs.clear()
+        self._configs = {}
 
     def _check_shared(self, shared: Any) -> None:
         if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared < 2**32:
