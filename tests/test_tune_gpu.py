@@ -196,12 +196,30 @@ def test_early_stop_cuts_clearly_slower_candidates_and_keeps_the_choice():
     Y = kjit.to_device(np.ones(n, np.float32))
     configs = [Config(WORK=16), Config(WORK=48), Config(WORK=96)]
     r = spin(configs, search=in_order, device={"name": "early stop"}).tune(Y, n)
-    full = spin(configs, search=in_order, early_stop=None, device={"name": "every repeat"}).tune(Y, n)
+    full = spin(configs, search=in_order, early_stop=None, screen=None,
+                device={"name": "every repeat"}).tune(Y, n)
     assert r.index == full.index == 0
     assert not r.records[0].get("stopped") and r.records[0]["reps"] >= 10
     for i in (1, 2):   # 3x and 6x slower: stopped after a few repeats
         assert r.records[i]["stopped"] and r.records[i]["reps"] < full.records[i]["reps"]
         assert r.records[i]["ms"] > 1.2 * r.ms
+    np.testing.assert_array_equal(Y.get(), np.ones(n, np.float32))   # restored
+
+
+def test_the_screen_times_in_full_only_the_configurations_near_the_best():
+    n = 1 << 16
+    Y = kjit.to_device(np.ones(n, np.float32))
+    configs = [Config(WORK=48), Config(WORK=16), Config(WORK=96)]
+    r = spin(configs, device={"name": "screen"}).tune(Y, n)
+    full = spin(configs, screen=None, early_stop=None, device={"name": "no screen"}).tune(Y, n)
+    assert r.index == full.index == 1
+    assert not r.records[1].get("screened") and r.records[1]["reps"] >= 10
+    for i in (0, 2):   # 3x and 6x slower than WORK=16: their brief timing is their record
+        assert r.records[i]["screened"] and r.records[i]["reps"] < full.records[i]["reps"]
+        assert r.records[i]["ms"] > 1.2 * r.ms
+    assert not any(rec.get("screened") for rec in full.records)
+    again = spin(configs, device={"name": "screen"}).tune(Y, n)   # stored: nothing timed again
+    assert again.measured == 0 and again.index == 1
     np.testing.assert_array_equal(Y.get(), np.ones(n, np.float32))   # restored
 
 
@@ -229,9 +247,11 @@ def test_sgemm_tuned_with_overlap_and_early_stop_chooses_as_exhaustive_timing_do
     C = kjit.empty((n, n), "float32")
     space = ex["space"]()[::2]
     fast = ex["tuned"](configs=space, device={"name": "default"}, progress=False).tune(A, B, C, n, n, n)
-    full = ex["tuned"](configs=space, device={"name": "exhaustive"}, early_stop=None,
+    full = ex["tuned"](configs=space, device={"name": "exhaustive"}, early_stop=None, screen=None,
                        progress=False).tune(A, B, C, n, n, n)
     ok = {i: rec["ms"] for i, rec in enumerate(full.records) if rec and rec["status"] == "ok"}
     assert fast.index in ok and ok[fast.index] <= 1.03 * min(ok.values()), (fast, full)
     assert any(rec and rec.get("stopped") for rec in fast.records)
-    assert not any(rec and rec.get("stopped") for rec in full.records)
+    assert any(rec and rec.get("screened") for rec in fast.records)
+    assert not any(rec and (rec.get("stopped") or rec.get("screened")) for rec in full.records)
+    assert not fast.records[fast.index].get("screened")   # the choice was timed in full

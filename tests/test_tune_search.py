@@ -158,6 +158,12 @@ def test_bad_early_stop_margins(value):
         make(CONFIGS[:2], FakeTimer(), early_stop=value)
 
 
+@pytest.mark.parametrize("value", [-0.01, "0.05", True, 100])
+def test_bad_screen_margins(value):
+    with pytest.raises(ArgumentError, match="screen"):
+        make(CONFIGS[:2], FakeTimer(), screen=value)
+
+
 def test_the_early_stop_rule():
     from kjit.tune.timing import early_stop
     best = [None]

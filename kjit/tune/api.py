@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ArgumentError, KjitError
 from .config import Config
-from .timing import EARLY_MARGIN
+from .timing import EARLY_MARGIN, SCREEN_MARGIN
 from .tuner import Result, Timer, Tuner
 
 
@@ -56,7 +56,8 @@ def autotune(configs: Sequence[Config], key: Sequence[str] = (), *,
              rep_ms: float = 100.0, min_reps: int = 10, timer: Timer | None = None,
              device: Mapping[str, Any] | None = None, progress: bool | None = None,
              prune_configs_by: Any = None, search: Any = "exhaustive",
-             early_stop: float | None = EARLY_MARGIN) -> Callable[[Any], Autotuned]:
+             early_stop: float | None = EARLY_MARGIN,
+             screen: float | None = SCREEN_MARGIN) -> Callable[[Any], Autotuned]:
     """Decorate a @kjit.kernel with a tuning space; see docs/autotune.md.
 
     configs: kjit.autotune.Config values. key: the argument names whose values (numbers; for
@@ -72,7 +73,10 @@ def autotune(configs: Sequence[Config], key: Sequence[str] = (), *,
     search: "exhaustive" (time every config), kjit.autotune.RandomSearch(budget), or an
     object with a search(candidates, records, measure) method (docs/autotune.md).
     early_stop: stop timing a candidate once at least 3 repeats have run and its fastest is
-    over (1 + early_stop) times the best median so far; None times every repeat."""
+    over (1 + early_stop) times the best median so far; None times every repeat.
+    screen: time each candidate briefly first (about 10 ms), then in full (warmup_ms, rep_ms)
+    only those whose brief median is within (1 + screen) times the best; None times every
+    candidate in full."""
     from ..decorator import KernelFunction
 
     def wrap(function: Any) -> Autotuned:
@@ -89,7 +93,8 @@ def autotune(configs: Sequence[Config], key: Sequence[str] = (), *,
                       reset_to_zero=reset_to_zero, block=block, grid=grid, shared_mem=shared_mem,
                       warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps, timer=timer,
                       device=device, arch=function.arch, progress=progress,
-                      prune_configs_by=prune_configs_by, search=search, early_stop=early_stop)
+                      prune_configs_by=prune_configs_by, search=search, early_stop=early_stop,
+                      screen=screen)
         return Autotuned(function, tuner)
     return wrap
 
@@ -103,7 +108,7 @@ def tune(candidates: Any, configs: Sequence[Config], args: Sequence[Any] = (), *
     specialisations with each config's params). Times them on `args` and
     returns the Result (`.config`, `.candidate.loaded()`, `.launch(*args)`); the choice is
     stored as for @kjit.autotune. `options`: as for autotune (block, grid, restore_value,
-    prune_configs_by, search, early_stop...)."""
+    prune_configs_by, search, early_stop, screen...)."""
     from ..decorator import KernelFunction
     if isinstance(candidates, KernelFunction):   # one @kjit.kernel: its specialisations
         function = candidates

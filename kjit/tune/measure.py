@@ -4,14 +4,18 @@ has compiled, keep every record in the cache.
 Compiles run in kjit.compile_many's worker processes (one core left to the timing thread)
 from a thread of this process; `measure(batch)` takes candidates in the order they finish
 compiling, checks them against the device's limits, and times them with CUDA events (or
-the user's timer), with early stopping against the best median so far. Results do not
-depend on the order: each candidate is timed on its own, after its own warm-up.
+the user's timer), with early stopping against the best median so far. With the screen on
+(the default), each is first timed briefly as it compiles; once the batch is screened, those
+within the screen's margin of the best are timed again in full and the rest keep their
+screen's record. Results do not depend on the order: each candidate is timed on its own,
+after its own warm-up.
 """
 from __future__ import annotations
 
 import queue
 import sys
 import threading
+import time
 from typing import Any, Sequence
 
 from ..errors import ArgumentError, DriverError, KjitError
@@ -43,6 +47,8 @@ class Measurer:
             found = device_arch()
             self.arch = found.name if found is not None else None
         self.threads: list[threading.Thread] = []
+        self.screened: dict[int, tuple[Candidate, dict]] = {}   # screened, not yet stored
+        self.last_timed: float | None = None   # when the last timing ended (perf_counter)
 
     # --- compiling, in the background -----------------------------------------------------
     def _start(self, batch: Sequence[Candidate]) -> set[int]:
@@ -104,30 +110,77 @@ class Measurer:
                 if c is None or c.index not in waiting:
                     continue
                 waiting.discard(c.index)
-                self._one(c)
+                if self._screens():
+                    self._screen(c)
+                else:
+                    self._one(c)
                 bar.update(1)
+        self._confirm()
         return [self.records.get(c.index) for c in batch]
 
-    def _one(self, c: Candidate) -> None:
+    def _screens(self) -> bool:
+        from .timing import SCREEN_REP_MS
+        tuner = self.tuner
+        return (tuner.screen is not None and tuner.timer is None
+                and tuner.bench_args["rep_ms"] > SCREEN_REP_MS)
+
+    def _protect(self) -> None:
         tuner = self.tuner
         if self.protected is None and tuner.timer is None and (tuner.restore or tuner.zero):
             from .timing import Protected
             from ..runtime import stream_handle as as_handle
             self.protected = Protected(self.named, tuner.restore, tuner.zero, as_handle(self.stream))
+
+    def _screen(self, c: Candidate) -> None:
+        """Time `c` briefly; a candidate that cannot run is recorded (and stored) at once."""
+        self._protect()
         try:
-            rec, here = get_or_measure(self.rkeys[c.index], f"{tuner.label} [{c.config.label()}]",
-                                       lambda: self._time(c))
+            rec = self._time(c, screen=True)
+        except Transient as t:
+            self.records[c.index] = t.record
+            return
+        if rec.get("status") == "ok":
+            self.screened[c.index] = (c, rec)
+        else:
+            self._store(c, lambda: rec)
+
+    def _confirm(self) -> None:
+        """Time in full the screened candidates within the screen's margin of the best (the
+        closest first); store every screened one's record."""
+        if not self.screened:
+            return
+        bar = self.best()
+        margin = 1 + self.tuner.screen
+        screened = sorted(self.screened.values(), key=lambda cr: cr[1]["ms"])
+        self.screened = {}
+        for c, rec in screened:
+            if bar is not None and not rec.get("stopped") and rec["ms"] <= bar * margin:
+                self._one(c)
+            else:
+                self._store(c, lambda rec=rec: rec)
+
+    def _one(self, c: Candidate) -> None:
+        """Time `c` in full (unless a record was stored meanwhile) and store its record."""
+        self._protect()
+        self._store(c, lambda: self._time(c))
+
+    def _store(self, c: Candidate, measure: Any) -> None:
+        try:
+            rec, here = get_or_measure(self.rkeys[c.index], f"{self.tuner.label} [{c.config.label()}]",
+                                       measure)
         except Transient as t:
             rec, here = t.record, True
         self.records[c.index] = rec
         self.measured += here
 
     def best(self) -> float | None:
-        """The best median so far (stored records count): early stopping's bar."""
-        ok = [r["ms"] for r in self.records.values() if r.get("status") == "ok" and not r.get("stopped")]
+        """The best median so far (stored records and screens count): the bar for early
+        stopping and for the screen."""
+        recs = [*self.records.values(), *(rec for _, rec in self.screened.values())]
+        ok = [r["ms"] for r in recs if r.get("status") == "ok" and not r.get("stopped")]
         return min(ok) if ok else None
 
-    def _time(self, c: Candidate) -> dict[str, Any]:
+    def _time(self, c: Candidate, screen: bool = False) -> dict[str, Any]:
         if c.error is not None:
             return {"status": "compile_error", "reason": _first_lines(c.error)}
         tuner = self.tuner
@@ -146,15 +199,21 @@ class Measurer:
             before = (lambda: protected.before_launch(handle)) if protected and protected.zero else None
             stop = early_stop(tuner.early_stop, self.best) if tuner.early_stop else None
             ordered = self.ordered
+            args = dict(tuner.bench_args)
+            if screen:
+                from .timing import IDLE_S, SCREEN_MIN_REPS, SCREEN_REP_MS, SCREEN_WARMUP_MS
+                busy = self.last_timed is not None and time.perf_counter() - self.last_timed < IDLE_S
+                args = {"warmup_ms": min(args["warmup_ms"], SCREEN_WARMUP_MS) if busy else args["warmup_ms"],
+                        "rep_ms": SCREEN_REP_MS, "min_reps": min(args["min_reps"], SCREEN_MIN_REPS)}
             try:
-                res = bench(lambda: launch(*ordered), stream=stream, before=before, stop=stop,
-                            **tuner.bench_args)
+                res = bench(lambda: launch(*ordered), stream=stream, before=before, stop=stop, **args)
             finally:
                 if protected:
                     protected.restore(handle)
+                self.last_timed = time.perf_counter()
         except (DriverError, ArgumentError) as exc:   # not kept: may be this run's arguments
             raise Transient({"status": "error", "reason": _first_lines(exc)}) from None
-        return {"status": "ok", **res}
+        return {"status": "ok", **res, **({"screened": True} if screen else {})}
 
     def close(self) -> None:
         """Wait for the background compiles (a strategy may stop before using them all: their

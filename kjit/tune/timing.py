@@ -3,7 +3,8 @@
 Like triton.testing.do_bench: one launch estimates the time, then warm-up launches for
 about `warmup_ms`, then timed repeats for about `rep_ms` (at least `min_reps`), each between
 its own pair of events, and the median is kept. Early stopping (`stop`, `early_stop`) ends
-a candidate's repeats once it is clearly slower than the best so far. Buffers named in
+a candidate's repeats once it is clearly slower than the best so far; the screen (`screen`,
+measure.py) times every candidate briefly first and in full only those near the best. Buffers named in
 `reset_to_zero` are zeroed before every launch; those and the ones in `restore_value` are
 put back after each candidate, all outside the timed region."""
 from __future__ import annotations
@@ -23,6 +24,14 @@ MAX_REPS = 1000
 WINDOW_MS = 10.0    # GPU work queued ahead while early stopping reads finished repeats
 EARLY_REPS = 3      # repeats finished before early stopping may stop a candidate
 EARLY_MARGIN = 0.2  # ... when its fastest is over 1.2x the best median so far
+# The screen: every candidate is first timed briefly, and only those within SCREEN_MARGIN of
+# the best are then timed in full (warmup_ms, rep_ms). The GPU stays busy from one candidate
+# to the next, so a short warm-up serves unless it idled (waiting for a compile) a while.
+SCREEN_MARGIN = 0.05
+SCREEN_WARMUP_MS = 3.0
+SCREEN_REP_MS = 10.0
+SCREEN_MIN_REPS = 5
+IDLE_S = 0.05       # after this long without a timed launch, a screen warms up in full
 
 
 def device_buffer(name: str, value: Any) -> tuple[int, int]:

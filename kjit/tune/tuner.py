@@ -12,7 +12,7 @@ from .store import peek, record_key
 from .candidates import Candidate
 from .config import Config, check_configs, mode
 from .measure import Measurer
-from .timing import EARLY_MARGIN
+from .timing import EARLY_MARGIN, SCREEN_MARGIN
 from .search import as_search, prune, prune_functions
 
 Timer = Callable[[Candidate], float]
@@ -71,7 +71,7 @@ class Tuner:
                  timer: Timer | None = None, device: Mapping[str, Any] | None = None,
                  arch: str | None = None, progress: bool | None = None, label: str | None = None,
                  prune_configs_by: Any = None, search: Any = None,
-                 early_stop: float | None = EARLY_MARGIN):
+                 early_stop: float | None = EARLY_MARGIN, screen: float | None = SCREEN_MARGIN):
         self.configs = [c.with_defaults(block, grid, shared_mem) for c in check_configs(configs)]
         self.make = make
         for what, names in (("key", key), ("restore_value", restore_value),
@@ -91,6 +91,12 @@ class Tuner:
             raise ArgumentError(f"early_stop={early_stop!r}: give a margin (0.2: stop a candidate "
                                 "whose fastest repeat is over 1.2x the best median), or None")
         self.early_stop = None if off else float(early_stop)
+        if screen is not None and (isinstance(screen, bool) or not isinstance(screen, (int, float))
+                                   or not 0 <= screen < 100):
+            raise ArgumentError(f"screen={screen!r}: give a margin (0.05: time in full the "
+                                "configurations whose brief timing is within 5% of the best), "
+                                "or None to time every configuration in full")
+        self.screen = None if screen is None else float(screen)
         self._candidates: list[Candidate] | None = None
         self._chosen: dict[str, Result] = {}
         self._current: Callable[[], int] | None = None
