@@ -52,8 +52,10 @@ _tables: "weakref.WeakSet[KernelFunction]" = weakref.WeakSet()
 
 
 def _forget_context(ctx: int) -> None:
+    # a new table, never changed in place: the C lookup remembers the last one's answer
     for f in list(_tables):
-        f._by_current.pop(ctx, None)
+        if ctx in f._by_current:
+            f._by_current = {c: k for c, k in f._by_current.items() if c != ctx}
 
 
 driver.context_destroyed_hooks.append(_forget_context)
@@ -184,7 +186,7 @@ class KernelFunction(_function_base()):  # type: ignore[misc]
         if k is None:
             k = self.kernel()
         if ctx and ctx == k.context_address:
-            self._by_current[ctx] = k
+            self._by_current = {**self._by_current, ctx: k}
         return k[config]
 
     @torch_launch_entry

@@ -257,6 +257,26 @@ def test_device_and_explicit_context():
         ctx.close()
 
 
+def test_a_kernel_function_launches_in_each_new_context_made_where_a_closed_one_was():
+    # f[grid, block] remembers the Kernel it found for the current context; a context closed
+    # and another made (often at the same address) must get a Kernel loaded there
+    @kjit.kernel
+    def put():
+        return 'extern "C" __global__ void put(int* out, int v) { out[threadIdx.x] = v; }'
+
+    for v in (1, 2, 3):
+        ctx = kjit.Context(0)
+        try:
+            with ctx:
+                out = kjit.zeros(4, np.int32)
+                put[1, 4](out, 0)
+                put[1, 4](out, v)
+                np.testing.assert_array_equal(out.get(), [v] * 4)
+                assert put.kernel().context_address == int(ctx.handle)
+        finally:
+            ctx.close()
+
+
 def test_a_kernel_kept_after_its_context_is_closed_runs_in_the_context_current_now():
     # Closing a kjit.Context kills the kernels loaded in it, and the driver may put the next
     # context at the same address. A launch of such a kernel, or of a launcher held from it,

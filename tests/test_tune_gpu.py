@@ -195,7 +195,7 @@ def test_early_stop_cuts_clearly_slower_candidates_and_keeps_the_choice():
     n = 1 << 16
     Y = kjit.to_device(np.ones(n, np.float32))
     configs = [Config(WORK=16), Config(WORK=48), Config(WORK=96)]
-    r = spin(configs, search=in_order, device={"name": "early stop"}).tune(Y, n)
+    r = spin(configs, search=in_order, screen=None, device={"name": "early stop"}).tune(Y, n)
     full = spin(configs, search=in_order, early_stop=None, screen=None,
                 device={"name": "every repeat"}).tune(Y, n)
     assert r.index == full.index == 0

@@ -1,6 +1,5 @@
 #include "_tables.h"
 #include <stddef.h>
-#include <structmember.h>
 
 /* k[grid, block] and f[grid, block] without a Python frame: the README's idiom pays one
  * dict lookup in C before its Launcher runs. Kernel and KernelFunction (kjit/runtime/kernel.py,
@@ -19,9 +18,11 @@ typedef struct {
     /* KernelBase: the last config the table answered and its answer. A config whose items
      * are those very objects gets the same answer without hashing it again, which for a
      * stream object can run Python (torch.cuda.Stream.__hash__ builds a torch.device).
-     * Replacing the table (`_configs = {}`, the only way kjit empties it) forgets them. */
+     * Replacing the table (`_configs = {}`, the only way kjit changes it but by adding a
+     * config it lacked) forgets them; so for KernelFunctionBase's `_by_current`. */
     PyObject* last_config;
     PyObject* last_hit;
+    void* last_context;   /* KernelFunctionBase: the context last_hit (its Kernel) was found for */
 } TableBase;
 
 static int table_traverse(PyObject* op, visitproc visit, void* arg) {
@@ -86,15 +87,23 @@ static PyObject* kernel_subscript(PyObject* self, PyObject* config) {
 }
 
 static PyObject* function_subscript(PyObject* self, PyObject* config) {
-    PyObject* table = ((TableBase*)self)->table;
+    TableBase* tb = (TableBase*)self;
+    PyObject* table = tb->table;
     void* ctx = NULL;
     if (table && PyDict_CheckExact(table) && ctx_current && ctx_current(&ctx) == 0 && ctx) {
-        PyObject* key = PyLong_FromVoidPtr(ctx);
-        if (!key) return NULL;
-        Py_INCREF(table);
-        PyObject* kernel = Py_XNewRef(PyDict_GetItemWithError(table, key));
-        Py_DECREF(table);
-        Py_DECREF(key);
+        PyObject* kernel = NULL;
+        if (tb->last_hit && ctx == tb->last_context) {   /* the table's answer for this context */
+            kernel = Py_NewRef(tb->last_hit);
+        } else {
+            PyObject* key = PyLong_FromVoidPtr(ctx);
+            if (!key) return NULL;
+            kernel = Py_XNewRef(PyDict_GetItemWithError(table, key));   /* an int's hash runs no Python */
+            Py_DECREF(key);
+            if (kernel) {
+                Py_XSETREF(tb->last_hit, Py_NewRef(kernel));
+                tb->last_context = ctx;
+            }
+        }
         /* the Kernel's own C lookup: its class may have a Python __getitem__ for
          * torch.compile's sake (kjit/runtime/torch_compile.py), which a launch need not pay */
         if (kernel) {
@@ -118,6 +127,7 @@ static int set_configs(PyObject* self, PyObject* value, void* closure) {
     TableBase* tb = (TableBase*)self;
     Py_CLEAR(tb->last_config);
     Py_CLEAR(tb->last_hit);
+    tb->last_context = NULL;
     Py_XSETREF(tb->table, Py_XNewRef(value));
     return 0;
 }
@@ -127,10 +137,11 @@ static PyGetSetDef kernel_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyMemberDef function_members[] = {
-    {"_by_current", T_OBJECT, offsetof(TableBase, table), 0, "current context -> Kernel"},
-    {NULL, 0, 0, 0, NULL},
+static PyGetSetDef function_getset[] = {
+    {"_by_current", get_configs, set_configs, "current context -> Kernel (assign a new dict to change it)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
+
 
 static PyMappingMethods kernel_mapping = {.mp_subscript = kernel_subscript};
 static PyMappingMethods function_mapping = {.mp_subscript = function_subscript};
@@ -159,7 +170,7 @@ static PyTypeObject KernelFunctionBaseType = {
     .tp_clear = table_clear,
     .tp_dealloc = table_dealloc,
     .tp_as_mapping = &function_mapping,
-    .tp_members = function_members,
+    .tp_getset = function_getset,
     .tp_doc = "f[config]: the current context's Kernel from _by_current, then its [config], in C; "
               "anything else calls self._getitem_slow(config).",
 };
