@@ -206,6 +206,20 @@ def test_early_stop_cuts_clearly_slower_candidates_and_keeps_the_choice():
     np.testing.assert_array_equal(Y.get(), np.ones(n, np.float32))   # restored
 
 
+def test_a_configuration_far_slower_than_the_best_stops_after_its_first_launch():
+    n = 1 << 16
+    Y = kjit.to_device(np.ones(n, np.float32))
+    configs = [Config(WORK=16), Config(WORK=2048)]   # the second over 100x slower
+    r = spin(configs, search=in_order, device={"name": "first launch"}).tune(Y, n)
+    assert r.index == 0
+    slow = r.records[1]
+    assert slow["stopped"] and slow["reps"] == 1 and slow["ms"] > 50 * r.ms
+    full = spin(configs, search=in_order, early_stop=None, screen=None,
+                device={"name": "first launch, every repeat"}).tune(Y, n)
+    assert full.records[1]["reps"] >= 10 and not full.records[1].get("stopped")
+    np.testing.assert_array_equal(Y.get(), np.ones(n, np.float32))   # restored
+
+
 def test_the_screen_times_in_full_only_the_configurations_near_the_best():
     n = 1 << 16
     Y = kjit.to_device(np.ones(n, np.float32))

@@ -165,15 +165,21 @@ def test_bad_screen_margins(value):
 
 
 def test_the_early_stop_rule():
-    from kjit.tune.timing import early_stop
+    from kjit.tune.timing import EarlyStop
     best = [None]
-    stop = early_stop(0.2, lambda: best[0])
+    stop = EarlyStop(0.2, lambda: best[0])
     assert not stop([9.0, 9.0, 9.0])              # nothing to compare with yet
     best[0] = 1.0
     assert not stop([9.0, 9.0])                   # fewer than 3 repeats
     assert stop([1.3, 1.25, 1.21])                # even the fastest is over 1.2x the best
     assert not stop([1.3, 1.25, 1.19])            # one repeat within the margin: timed in full
     assert not stop([1.2, 1.3, 1.4])              # exactly at the margin is not "clearly slower"
+    # after its first launch: only one far slower than the best, beyond what loading costs
+    best[0] = 2.0
+    assert stop.hopeless(100.0) and stop.hopeless(5.81)
+    assert not stop.hopeless(5.79)                # 2 x 1.2 x 2.0 + 1 ms
+    best[0] = None
+    assert not stop.hopeless(1e6)                 # nothing to compare with yet
 
 
 def test_compile_many_reports_each_result_as_it_finishes():

@@ -186,7 +186,7 @@ class Measurer:
         tuner = self.tuner
         if tuner.timer is not None:
             return {"status": "ok", "ms": float(tuner.timer(c))}
-        from .timing import bench, early_stop
+        from .timing import EarlyStop, bench
         from ..runtime import stream_handle as as_handle
         stream, protected = self.stream, self.protected
         try:
@@ -197,7 +197,7 @@ class Measurer:
             launch = c.launcher(grid, block, shared, stream)
             handle = as_handle(stream)
             before = (lambda: protected.before_launch(handle)) if protected and protected.zero else None
-            stop = early_stop(tuner.early_stop, self.best) if tuner.early_stop else None
+            stop = EarlyStop(tuner.early_stop, self.best) if tuner.early_stop else None
             ordered = self.ordered
             args = dict(tuner.bench_args)
             if screen:

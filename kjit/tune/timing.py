@@ -24,6 +24,10 @@ MAX_REPS = 1000
 WINDOW_MS = 10.0    # GPU work queued ahead while early stopping reads finished repeats
 EARLY_REPS = 3      # repeats finished before early stopping may stop a candidate
 EARLY_MARGIN = 0.2  # ... when its fastest is over 1.2x the best median so far
+# ... or at once, when its first launch alone took over twice that (and HOPELESS_SLACK_MS more:
+# a first launch may pay for loading the kernel), as a poor configuration of a GEMM can
+# be a hundred times slower than the best, and every repeat of it would cost as much
+HOPELESS_SLACK_MS = 1.0
 # The screen: every candidate is first timed briefly, and only those within SCREEN_MARGIN of
 # the best are then timed in full (warmup_ms, rep_ms). The GPU stays busy from one candidate
 # to the next, so a short warm-up serves unless it idled (waiting for a compile) a while.
@@ -99,7 +103,8 @@ def bench(launch: Callable[[], None], *, stream: Any = None,
     """{"ms": median, "reps": n, "min_ms", "max_ms"} of `launch` timed with CUDA events.
 
     stop: given the times of the repeats finished so far, whether to stop timing (early
-    stopping: "stopped": True is added). The repeats are then read while the next ones are
+    stopping: "stopped": True is added); its `hopeless(ms)`, where it has one, is asked
+    after the first launch, and true ends the timing there. The repeats are then read while the next ones are
     queued, at least WINDOW_MS of work ahead, so the GPU never waits for the check (an idle
     GPU between a start event and its launch would lengthen that repeat). Without it every
     repeat is queued at once, as before."""
@@ -111,6 +116,9 @@ def bench(launch: Callable[[], None], *, stream: Any = None,
     launch()
     end.record(stream)
     estimate = max(end.elapsed_time(start), 1e-3)
+    hopeless = getattr(stop, "hopeless", None)
+    if hopeless is not None and hopeless(estimate):
+        return {"ms": estimate, "reps": 1, "min_ms": estimate, "max_ms": estimate, "stopped": True}
     for _ in range(max(1, int(warmup_ms / estimate))):
         if before:
             before()
@@ -140,11 +148,19 @@ def bench(launch: Callable[[], None], *, stream: Any = None,
     return out
 
 
-def early_stop(margin: float, best: Callable[[], float | None], after: int = EARLY_REPS
-               ) -> Callable[[list[float]], bool]:
+class EarlyStop:
     """The rule: stop once `after` repeats have finished and even the fastest of them is more
-    than (1 + margin) times the best median so far (`best()`, None before any)."""
-    def stop(times: list[float]) -> bool:
-        b = best()
-        return b is not None and len(times) >= after and min(times) > b * (1 + margin)
-    return stop
+    than (1 + margin) times the best median so far (`best()`, None before any); or after the
+    first launch (`hopeless`), when it alone took over twice that plus HOPELESS_SLACK_MS."""
+
+    def __init__(self, margin: float, best: Callable[[], float | None], after: int = EARLY_REPS):
+        self.margin, self.best, self.after = margin, best, after
+
+    def __call__(self, times: list[float]) -> bool:
+        b = self.best()
+        return b is not None and len(times) >= self.after and min(times) > b * (1 + self.margin)
+
+    def hopeless(self, first_ms: float) -> bool:
+        b = self.best()
+        return b is not None and first_ms > 2 * b * (1 + self.margin) + HOPELESS_SLACK_MS
+
