@@ -132,27 +132,45 @@ def test_a_full_temporary_directory_compiles_without_a_pch(tmp_path):
     assert got["same"] == [True, True]
 
 
-def test_no_room_is_counted_and_the_compile_is_plain(tmp_path, monkeypatch):
+NO_ROOM = textwrap.dedent('''
+    import json, os, sys
+    import kjit
+    from kjit.compiler import pch, pch_files
+    sys.path.insert(0, sys.argv[1])
+    from test_pch_faults import source
+    sources = [source(i).replace("x[0]", "x[1]") for i in range(6)]
+    room = {"free": pch_files.SPACE_MARGIN}
+    pch_files.free_bytes = lambda path: room["free"]
+    kinds = [kjit.compile(s, arch="sm_90").metadata.get("pch") for s in sources[:3]]
+    short_stats = pch.stats()
+    room["free"] = 1 << 50
+    kinds.append(kjit.compile(sources[3], arch="sm_90").metadata.get("pch"))
+    room["free"] = 0
+    short = kjit.compile(sources[4], arch="sm_90")
+    kinds.append(short.metadata.get("pch"))
+    stats = pch.stats()
+    os.environ["KJIT_PCH"] = "0"
+    same = short.code == kjit.compile(sources[4], arch="sm_90", cache=False).code
+    del os.environ["KJIT_PCH"]
+    room["free"] = 1 << 50
+    kinds.append(kjit.compile(sources[5], arch="sm_90").metadata.get("pch"))
+    print(json.dumps({"kinds": kinds, "short": short_stats, "stats": stats, "same": same}))
+''')
+
+
+def test_no_room_is_counted_and_the_compile_is_plain(tmp_path):
     """The free-space check itself, with the free space made small (for machines where no
     tmpfs can be mounted): no PCH is built, and one already built is not used while space
-    is short; both compile plain, counted, and PCHs come back when space does."""
-    from kjit.compiler import pch_files
-    sources = [source(i).replace("x[0]", "x[1]") for i in range(6)]
-    monkeypatch.setattr(pch_files, "free_bytes", lambda path: pch_files.SPACE_MARGIN)
-    before = pch.stats()
-    objs = [kjit.compile(s, arch="sm_90") for s in sources[:3]]
-    assert [o.metadata.get("pch") for o in objs] == [None, None, None]
-    assert pch.stats()["no_space"] - before["no_space"] == 2 and pch.stats()["created"] == before["created"]
-    monkeypatch.setattr(pch_files, "free_bytes", lambda path: 1 << 50)
-    assert kjit.compile(sources[3], arch="sm_90").metadata["pch"] == "created"
-    monkeypatch.setattr(pch_files, "free_bytes", lambda path: 0)
-    short = kjit.compile(sources[4], arch="sm_90")
-    assert "pch" not in short.metadata and pch.stats()["no_space"] - before["no_space"] == 3
-    monkeypatch.setenv("KJIT_PCH", "0")
-    assert short.code == kjit.compile(sources[4], arch="sm_90", cache=False).code
-    monkeypatch.delenv("KJIT_PCH")
-    monkeypatch.setattr(pch_files, "free_bytes", lambda path: 1 << 50)
-    assert kjit.compile(sources[5], arch="sm_90").metadata["pch"] == "used"
+    is short; both compile plain, counted, and PCHs come back when space does. In a process
+    of its own: one that made a PCH before the cache's heap was pinned makes no shared ones."""
+    res = subprocess.run([sys.executable, "-c", NO_ROOM, str(Path(__file__).parent)], env=_env(tmp_path),
+                         capture_output=True, text=True, timeout=400)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["kinds"] == [None, None, None, "created", None, "used"]
+    assert got["short"]["no_space"] == 2 and got["short"]["created"] == 0
+    assert got["stats"]["no_space"] == 3
+    assert got["same"]
 
 
 def test_room_counts_nvrtcs_directory_and_ours_on_one_file_system(tmp_path, monkeypatch):

@@ -118,10 +118,7 @@ class _Pch:
 
     def holds(self) -> bool:
         """The files it was built from are unchanged (contents; a stat change is re-read)."""
-        try:
-            return self.snapshot.check()
-        except (OSError, TypeError, ValueError):
-            return False
+        return self.snapshot.holds()
 
     def observation(self) -> Any:
         """What a compile from this PCH read through it: the prologue compile's observation

@@ -217,7 +217,8 @@ def save(d: Path, k: str, tmp: str, snapshot: Any, obs: Any, heap: int) -> Recor
     from ..cache import pch_stored
     from ..fileio import replace_with
     theirs = load(d, k)
-    if theirs is not None and _holds(theirs):   # filed meanwhile from the headers as they are
+    # filed meanwhile from the headers as they are: one from a header since edited is replaced
+    if theirs is not None and theirs.snapshot.holds():
         _unlink(tmp)
         return theirs
     final = tmp[:-len(".tmp")]
@@ -242,15 +243,6 @@ def save(d: Path, k: str, tmp: str, snapshot: Any, obs: Any, heap: int) -> Recor
         drop(d, k)
         return None
     return Record(Path(final), snapshot, obs, heap, _ident(st), d / f"{k}.json")
-
-
-def _holds(rec: Record) -> bool:
-    """Whether every file another process's PCH was built from is as it was then: one built
-    from a header since edited is replaced by ours, never used."""
-    try:
-        return bool(rec.snapshot.check())
-    except (OSError, TypeError, ValueError, IndexError, KeyError, AttributeError):
-        return False
 
 
 def _sweep_key(d: Path, k: str, keep: str) -> None:

@@ -189,18 +189,19 @@ class _Worker:
                           f"{text[-2000:] or 'no output'}", self.proc.pid, code, sent)
 
     def release(self) -> None:
-        """Tell it to end (the end of its input), without waiting for it."""
+        """Tell it to end, without waiting for it."""
         if self.owner == os.getpid():
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
+            self._end_input()
 
-    def _stop(self) -> None:
+    def _end_input(self) -> None:
+        """The end of its input: a worker ends when its requests do."""
         try:
             self.proc.stdin.close()
         except OSError:
             pass
+
+    def _stop(self) -> None:
+        self._end_input()
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

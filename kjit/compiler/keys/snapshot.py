@@ -138,6 +138,14 @@ class Snapshot:
         return list(self.files), list(self.dirs)
 
     # --- checking ----------------------------------------------------------------------------
+    def holds(self) -> bool:
+        """check(), False also where it cannot be made: a file unreadable, or a snapshot read
+        back from disk whose records are not of the shape check() reads."""
+        try:
+            return bool(self.check())
+        except (OSError, TypeError, ValueError, IndexError, KeyError, AttributeError):
+            return False
+
     def check(self) -> bool:
         """True if every recorded file has the same content and every recorded lookup would
         find the same thing. Updates stat data of files and directories found unchanged in
