@@ -181,17 +181,26 @@ def plot(results: dict, path: str) -> None:
         print("matplotlib not installed: no plot", file=sys.stderr)
         return
     launch = {k: v for k, v in results.get("launch", {}).items() if isinstance(v, dict)}
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, row in launch.items():
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    colors = plt.get_cmap("tab20").colors
+    for i, (name, row) in enumerate(launch.items()):
         xs = list(row)
-        ax.plot([int(x) for x in xs], [row[x]["us"] for x in xs], marker="o", label=name)
+        ax.plot([int(x) for x in xs], [row[x]["ratio"] for x in xs], marker="o", label=name,
+                color=colors[i % len(colors)])
     ax.set_xlabel("kernel arguments")
-    ax.set_ylabel("host µs per launch (median over rounds)")
+    ax.set_ylabel("host cost per launch / C's loop\n(median of per-round ratios)")
     ax.set_xticks([1, 3, 16])
+    ax.set_yscale("log")
+    ticks = [1, 1.1, 1.25, 1.5, 2, 3, 4]
+    ax.set_yticks(ticks)
+    ax.set_yticklabels([f"{t:g}×" for t in ticks])
+    ax.minorticks_off()
     m = results["machine"]
-    ax.set_title(f"Launch cost by argument count — {', '.join(m['gpu'])}, {m['date']}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    gpus = m["gpu"]
+    ax.set_title(f"Launch cost against C, {gpus[0]}" + (f" (of {len(gpus)})" if len(gpus) > 1 else "")
+                 + f", {m['date']}", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

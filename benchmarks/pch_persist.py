@@ -14,6 +14,9 @@ needed).
    time is the median of WIDE_BARE bare compiles of those variants times their number (the
    variants differ in one constant, so each costs the same; compiling all 64 one at a time
    would take minutes). Target >= 40x on the 16- or 32-core GPU host.
+4. NVRTC's own costs, in this process with no kjit (the floor under parts 1 and 3): a plain
+   compile, one that writes a PCH (`--create-pch`), and one from it (`--use-pch`), the PCH
+   heap as kjit sets it; each the median of NVRTC_REPS, on fresh variants.
 Parts 1 and 2 take turns for ROUNDS rounds; each figure is the median of the per-round
 ratios, with their min and max. Each kjit process prints how a PCH served it, so a round that did not use
 one shows.
@@ -36,6 +39,7 @@ ROUNDS = int(os.environ.get("KJIT_BENCH_ROUNDS", "5"))
 SWEEP = int(os.environ.get("KJIT_BENCH_PCH_SWEEP", "16"))
 WIDE = int(os.environ.get("KJIT_BENCH_PCH_WIDE", "64"))
 WIDE_BARE = 8
+NVRTC_REPS = 3
 # the issue's edit-loop targets: 0.25x on the 2-core dev machine, 0.2x on the GPU host
 TARGET_EDIT = 0.2 if shutil.which("nvidia-smi") else 0.25
 TARGET_SWEEP = 4.0
@@ -125,6 +129,7 @@ def run(rounds: int = ROUNDS, n: int = SWEEP) -> dict:
     out["sweep: speed-up over bare NVRTC, median of per-round ratios"] = _summary(sweep_ratios)
     if WIDE:
         out.update(_wide(arch, dirs, WIDE))
+    out.update(_nvrtc_floor(arch, flags))
     out["targets"] = {
         f"edit loop <= {TARGET_EDIT}x bare NVRTC": statistics.median(edit_ratios) <= TARGET_EDIT,
         f"compile_many of {n} CUB variants >= {TARGET_SWEEP}x bare NVRTC on 2 cores":
@@ -154,6 +159,43 @@ def _wide(arch: str, dirs: list, n: int) -> dict:
             "wide sweep: kjit.compile_many s": wall,
             "wide sweep: PCH created/used/none": f"{kinds.count('created')}/{kinds.count('used')}/{kinds.count(None)}",
             "wide sweep: speed-up": serial / wall}
+
+
+def _nvrtc_floor(arch: str, flags: list[str]) -> dict:
+    """Bare NVRTC's compile, --create-pch and --use-pch times in this process (part 4)."""
+    from cuda.bindings import nvrtc
+    from kjit.compiler.pch import HEAP_MIN
+    ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
+    if nvrtc.nvrtcGetPCHHeapSize()[1] < HEAP_MIN:
+        nvrtc.nvrtcSetPCHHeapSize(HEAP_MIN)   # as kjit does: CCCL's PCH needs more than the default
+
+    def compile_s(src: str, extra: list[str]) -> float:
+        opts = [f.encode() for f in flags + extra]
+        _, prog = nvrtc.nvrtcCreateProgram(src.encode(), b"kernel.cu", 0, [], [])
+        t0 = time.perf_counter()
+        (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        spent = time.perf_counter() - t0
+        nvrtc.nvrtcDestroyProgram(prog)
+        if res != ok:
+            raise RuntimeError(f"bare NVRTC {extra}: {res}")
+        return spent
+
+    plain, create, use = [], [], []
+    size = 0
+    with tempfile.TemporaryDirectory(prefix="kjit-bench-nvrtc-pch-") as tmp:
+        for r in range(NVRTC_REPS):
+            path = os.path.join(tmp, f"{r}.pch")
+            plain.append(compile_s(variant(9000 + 10 * r), []))
+            create.append(compile_s(variant(9001 + 10 * r), [f"--create-pch={path}"]))
+            if not os.path.exists(path):
+                return {"NVRTC alone: --create-pch": "made no PCH file"}
+            size = os.path.getsize(path)
+            use.append(compile_s(variant(9002 + 10 * r), [f"--use-pch={path}"]))
+            os.unlink(path)
+    return {"NVRTC alone: plain compile s (median)": round(statistics.median(plain), 3),
+            "NVRTC alone: compile writing the PCH (--create-pch) s (median)": round(statistics.median(create), 3),
+            "NVRTC alone: compile from the PCH (--use-pch) s (median)": round(statistics.median(use), 3),
+            "NVRTC alone: PCH file MiB": size >> 20}
 
 
 if __name__ == "__main__":
