@@ -43,9 +43,6 @@ static void table_dealloc(PyObject* op) {
     Py_TYPE(op)->tp_free(op);
 }
 
-/* The lookups run Python (the config's __hash__ and __eq__, a stream object's among them),
- * which may replace or empty the table, or drop the Kernel it held: each object a lookup
- * goes on using is held across it. */
 /* A config the memo may answer for: a tuple (or namedtuple) hashed and compared as a tuple,
  * so one whose items are the same objects is equal and hashes alike. */
 static int memo_config(PyObject* c) {
@@ -63,6 +60,9 @@ static int same_items(PyObject* a, PyObject* b) {
     return 1;
 }
 
+/* The lookups run Python (the config's __hash__ and __eq__, a stream object's among them),
+ * which may replace or empty the table, or drop the Kernel it held: each object a lookup
+ * goes on using is held across it. */
 static PyObject* kernel_subscript(PyObject* self, PyObject* config) {
     TableBase* tb = (TableBase*)self;
     PyObject* table = tb->table;

@@ -136,8 +136,9 @@ class Measurer:
         self._protect()
         try:
             rec = self._time(c, screen=True)
-        except Transient as t:
+        except Transient as t:   # not stored, but timed here, as _store counts it
             self.records[c.index] = t.record
+            self.measured += 1
             return
         if rec.get("status") == "ok":
             self.screened[c.index] = (c, rec)
