@@ -129,7 +129,7 @@ def run(rounds: int = ROUNDS, n: int = SWEEP) -> dict:
     out["sweep: speed-up over bare NVRTC, median of per-round ratios"] = _summary(sweep_ratios)
     if WIDE:
         out.update(_wide(arch, dirs, WIDE))
-    out.update(_nvrtc_floor(arch, flags))
+    out.update(_nvrtc_floor(arch, dirs))
     out["targets"] = {
         f"edit loop <= {TARGET_EDIT}x bare NVRTC": statistics.median(edit_ratios) <= TARGET_EDIT,
         f"compile_many of {n} CUB variants >= {TARGET_SWEEP}x bare NVRTC on 2 cores":
@@ -161,36 +161,23 @@ def _wide(arch: str, dirs: list, n: int) -> dict:
             "wide sweep: speed-up": serial / wall}
 
 
-def _nvrtc_floor(arch: str, flags: list[str]) -> dict:
+def _nvrtc_floor(arch: str, dirs: list) -> dict:
     """Bare NVRTC's compile, --create-pch and --use-pch times in this process (part 4)."""
     from cuda.bindings import nvrtc
     from kjit.compiler.pch import HEAP_MIN
-    ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
     if nvrtc.nvrtcGetPCHHeapSize()[1] < HEAP_MIN:
         nvrtc.nvrtcSetPCHHeapSize(HEAP_MIN)   # as kjit does: CCCL's PCH needs more than the default
-
-    def compile_s(src: str, extra: list[str]) -> float:
-        opts = [f.encode() for f in flags + extra]
-        _, prog = nvrtc.nvrtcCreateProgram(src.encode(), b"kernel.cu", 0, [], [])
-        t0 = time.perf_counter()
-        (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        spent = time.perf_counter() - t0
-        nvrtc.nvrtcDestroyProgram(prog)
-        if res != ok:
-            raise RuntimeError(f"bare NVRTC {extra}: {res}")
-        return spent
-
     plain, create, use = [], [], []
     size = 0
     with tempfile.TemporaryDirectory(prefix="kjit-bench-nvrtc-pch-") as tmp:
         for r in range(NVRTC_REPS):
             path = os.path.join(tmp, f"{r}.pch")
-            plain.append(compile_s(variant(9000 + 10 * r), []))
-            create.append(compile_s(variant(9001 + 10 * r), [f"--create-pch={path}"]))
+            plain.append(_bare_compile(variant(9000 + 10 * r), arch, dirs))
+            create.append(_bare_compile(variant(9001 + 10 * r), arch, dirs, [f"--create-pch={path}"]))
             if not os.path.exists(path):
                 return {"NVRTC alone: --create-pch": "made no PCH file"}
             size = os.path.getsize(path)
-            use.append(compile_s(variant(9002 + 10 * r), [f"--use-pch={path}"]))
+            use.append(_bare_compile(variant(9002 + 10 * r), arch, dirs, [f"--use-pch={path}"]))
             os.unlink(path)
     return {"NVRTC alone: plain compile s (median)": round(statistics.median(plain), 3),
             "NVRTC alone: compile writing the PCH (--create-pch) s (median)": round(statistics.median(create), 3),

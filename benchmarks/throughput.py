@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 from .kernels import HEADERS_SOURCE, launch_source
 
@@ -47,15 +48,21 @@ def _include_dirs() -> list[str]:
     return list(include_path.for_options(kjit.CompileOptions(), "cuda").automatic_dirs)
 
 
-def _bare_compile(src: str, arch: str, dirs: list[str]) -> None:
+def _bare_compile(src: str, arch: str, dirs: list[str], extra: Sequence[str] = ()) -> float:
+    """Compile with bare NVRTC (kjit's flags and include directories, and `extra`); the
+    seconds nvrtcCompileProgram took."""
     from cuda.bindings import nvrtc
-    flags = [f"--gpu-architecture={arch}".encode()] + [f"-I{d}".encode() for d in dirs]
+    flags = [f"--gpu-architecture={arch}".encode()] + [f"-I{d}".encode() for d in dirs] + \
+        [f.encode() for f in extra]
     err, prog = nvrtc.nvrtcCreateProgram(src.encode(), b"kernel.cu", 0, [], [])
+    t0 = time.perf_counter()
     (res,) = nvrtc.nvrtcCompileProgram(prog, len(flags), flags)
-    assert res == nvrtc.nvrtcResult.NVRTC_SUCCESS, res
+    spent = time.perf_counter() - t0
+    assert res == nvrtc.nvrtcResult.NVRTC_SUCCESS, (res, list(extra))
     err, n = nvrtc.nvrtcGetCUBINSize(prog)
     nvrtc.nvrtcGetCUBIN(prog, bytearray(n))
     nvrtc.nvrtcDestroyProgram(prog)
+    return spent
 
 
 def sweep(n: int = VARIANTS) -> dict:

@@ -136,9 +136,7 @@ NO_ROOM = textwrap.dedent('''
     import json, os, sys
     import kjit
     from kjit.compiler import pch, pch_files
-    sys.path.insert(0, sys.argv[1])
-    from test_pch_faults import source
-    sources = [source(i).replace("x[0]", "x[1]") for i in range(6)]
+    sources = json.loads(sys.argv[1])
     room = {"free": pch_files.SPACE_MARGIN}
     pch_files.free_bytes = lambda path: room["free"]
     kinds = [kjit.compile(s, arch="sm_90").metadata.get("pch") for s in sources[:3]]
@@ -163,7 +161,8 @@ def test_no_room_is_counted_and_the_compile_is_plain(tmp_path):
     tmpfs can be mounted): no PCH is built, and one already built is not used while space
     is short; both compile plain, counted, and PCHs come back when space does. In a process
     of its own: one that made a PCH before the cache's heap was pinned makes no shared ones."""
-    res = subprocess.run([sys.executable, "-c", NO_ROOM, str(Path(__file__).parent)], env=_env(tmp_path),
+    sources = [source(i).replace("x[0]", "x[1]") for i in range(6)]
+    res = subprocess.run([sys.executable, "-c", NO_ROOM, json.dumps(sources)], env=_env(tmp_path),
                          capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
