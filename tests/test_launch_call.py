@@ -56,7 +56,7 @@ def _launcher(fallback, nargs=1):
     spec = b"".join(struct.pack("<ii", 5, 4 * i) for i in range(nargs))   # int32 parameters
     return _launch.launcher(fallback, lambda err, stream: None, spec, (None,) * nargs, DeviceArray,
                             [None], "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, ctypes.c_uint64(0),
-                            0, 0)
+                            0, 0, 0)
 
 
 def test_launcher_hands_what_it_cannot_launch_to_the_python_launcher():
@@ -116,12 +116,20 @@ def test_c_packer_writes_the_same_bytes_as_the_python_packer():
     spec, tokens = pk.c_spec()
     from kjit.runtime.memory import DeviceArray
     rnd = random.Random()
-    for _ in range(200):
-        args = (rnd.randint(-128, 127), rnd.randint(0, 255), rnd.randint(-2**15, 2**15 - 1),
-                rnd.randint(0, 2**16 - 1), rnd.randint(-2**31, 2**31 - 1), rnd.randint(0, 2**32 - 1),
-                rnd.randint(-2**63, 2**63 - 1), rnd.randint(0, 2**64 - 1), rnd.uniform(-1e30, 1e30),
-                rnd.uniform(-1e300, 1e300), _array(np, np.float32, rnd.randint(1, 2**48)),
-                _array(np, np.float64, rnd.randint(1, 2**48)))
+
+    def integer(lo, hi):   # half of them at the edges: of the range, and of one-digit ints (2**30)
+        edges = [v for v in (lo, hi, 0, 1, -1, 2**30 - 1, 2**30, -2**30, -2**30 - 1) if lo <= v <= hi]
+        return rnd.choice(edges) if rnd.random() < 0.5 else rnd.randint(lo, hi)
+    # arrays made once and passed again (their addresses read from a remembered int), up to 2**64
+    pool = [(_array(np, np.float32, rnd.randint(1, 2**64 - 1)), _array(np, np.float64, rnd.randint(1, 2**48)))
+            for _ in range(3)]
+    for _ in range(400):
+        f32, f64 = rnd.choice(pool) if rnd.random() < 0.5 else \
+            (_array(np, np.float32, rnd.randint(1, 2**64 - 1)), _array(np, np.float64, rnd.randint(1, 2**48)))
+        args = (integer(-128, 127), integer(0, 255), integer(-2**15, 2**15 - 1),
+                integer(0, 2**16 - 1), integer(-2**31, 2**31 - 1), integer(0, 2**32 - 1),
+                integer(-2**63, 2**63 - 1), integer(0, 2**64 - 1), rnd.uniform(-1e30, 1e30),
+                rnd.uniform(-1e300, 1e300), f32, f64)
         c_buf = ctypes.create_string_buffer(pk.size)
         assert pack(spec, tokens, args, ctypes.addressof(c_buf), DeviceArray) == 0
         py_buf = ctypes.create_string_buffer(pk.size)
@@ -175,7 +183,7 @@ def test_kernels_with_structs_pack_numbers_in_c_and_structs_in_python():
             pk.filler(buf, with_c)(((1.0, 2.0), 7), [])
     spec, tokens = pk.c_spec()
     with pytest.raises(ValueError, match="every parameter"):
-        make(print, print, spec, tokens, type, [None], "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0, 0)
+        make(print, print, spec, tokens, type, [None], "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0, 0, 0)
 
 
 # --- k[config] and f[config] in C (KernelBase / KernelFunctionBase) ------------------------
@@ -458,3 +466,15 @@ def test_the_c_packer_matches_a_dtype_equal_to_the_learned_one():
     assert pack(spec, tokens, (Arrayish(0x7000, Dtype("f4")),), ctypes.addressof(buf), type) == 0
     assert struct.unpack("<Q", buf.raw)[0] == 0x7000
     assert pack(spec, tokens, (Arrayish(0x7000, Dtype("f8")),), ctypes.addressof(buf), type) == 1
+    # pointers of two types in turn, and one whose address moves: each launch reads it afresh
+    class Moving:
+        ptr = property(lambda self: self.where)
+        device_id = 0
+    moving = Moving()
+    arrays = [Arrayish(0x7100, Dtype("f4")), Arrayish(0, Dtype("f4"))]
+    arrays[1].data = moving
+    for where in (0x9000, 0xA000, 0xB000):
+        moving.where = where
+        for a, expect in zip(arrays, (0x7100, where)):
+            assert pack(spec, tokens, (a,), ctypes.addressof(buf), type) == 0
+            assert struct.unpack("<Q", buf.raw)[0] == expect

@@ -1,4 +1,5 @@
 #include "_foreign.h"
+#include "_pyint.h"
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -151,6 +152,44 @@ static PyObject* read_accessor(ForeignType* ft, int i, PyObject* v) {
                                : PyObject_GetAttr(v, accessor_strs[i]);
 }
 
+/* A CuPy array's `data` (a MemoryPointer): its `device_id` and `ptr` getters, looked up on its
+ * type and called directly as the arrays' accessors are, under the same version-tag guard (one
+ * type remembered: another one is looked up afresh). */
+enum { P_DEVICE_ID, P_PTR, N_POINTER_ATTRS };
+static struct {
+    PyTypeObject* type;
+    unsigned int version;
+    PyObject* get[N_POINTER_ATTRS];   /* getset descriptors; NULL: the attribute API */
+} pointer_type;
+
+static PyObject* read_pointer_attr(PyObject* data, int i) {
+    PyTypeObject* t = Py_TYPE(data);
+    PyObject* name = i == P_PTR ? s_ptr : s_device_id;
+    if (t != pointer_type.type || !t->tp_version_tag || t->tp_version_tag != pointer_type.version) {
+        for (int j = 0; j < N_POINTER_ATTRS; j++) Py_CLEAR(pointer_type.get[j]);
+        Py_XSETREF(pointer_type.type, (PyTypeObject*)Py_NewRef(t));
+        pointer_type.version = 0;
+        if (t->tp_getattro == PyObject_GenericGetAttr) {
+            for (int j = 0; j < N_POINTER_ATTRS; j++) {
+                PyObject* d = PyObject_GetAttr((PyObject*)t, j == P_PTR ? s_ptr : s_device_id);
+                if (!d) { PyErr_Clear(); continue; }
+                if (Py_IS_TYPE(d, &PyGetSetDescr_Type) && ((PyGetSetDescrObject*)d)->d_getset->get)
+                    pointer_type.get[j] = d;
+                else Py_DECREF(d);
+            }
+            pointer_type.version = t->tp_version_tag;
+        }
+    }
+    PyObject* d = pointer_type.version && pointer_type.version == t->tp_version_tag ?
+        pointer_type.get[i] : NULL;
+    if (!d) return PyObject_GetAttr(data, name);
+    Py_INCREF(d);   /* held across the call, as in read_accessor */
+    PyGetSetDef* gs = ((PyGetSetDescrObject*)d)->d_getset;
+    PyObject* r = gs->get(data, gs->closure);
+    Py_DECREF(d);
+    return r;
+}
+
 /* register_torch_shim(readers, stream, cuda, strided, offset): the readers' addresses (a
  * tuple, N_READERS long), the current-stream reader's (0: none), the device type and layout
  * codes of a CUDA tensor, and where a tensor object holds its at::Tensor (0: not known) */
@@ -274,7 +313,7 @@ static int stream_of(int kind, PyObject* device, void** out) {
 static _Thread_local void* thread_stream = NULL;
 
 PyObject* kjit_set_thread_stream(PyObject* self, PyObject* arg) {
-    unsigned long long h = PyLong_AsUnsignedLongLong(arg);
+    unsigned long long h = kjit_as_u64(arg);
     if (h == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     thread_stream = (void*)(uintptr_t)h;
     Py_RETURN_NONE;
@@ -300,7 +339,7 @@ static int as_long(PyObject* r, long long* out) {
     int ok = 1;
     if (r == Py_True || r == Py_False) *out = r == Py_True;
     else if (PyLong_Check(r)) {
-        *out = PyLong_AsLongLong(r);
+        *out = kjit_as_i64(r);
         if (*out == -1 && PyErr_Occurred()) { PyErr_Clear(); ok = 0; }
     } else ok = 0;
     Py_DECREF(r);
@@ -400,8 +439,8 @@ int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, i
         if (!as_long(read_accessor(ft, A_C_CONTIGUOUS, v), &contiguous) || !contiguous) return 0;
         PyObject* data = read_accessor(ft, A_DATA, v);
         if (!data) { PyErr_Clear(); return 0; }
-        int ok = as_long(PyObject_GetAttr(data, s_device_id), &device) &&
-                 as_long(PyObject_GetAttr(data, s_ptr), &ptr);
+        int ok = as_long(read_pointer_attr(data, P_DEVICE_ID), &device) &&
+                 as_long(read_pointer_attr(data, P_PTR), &ptr);
         Py_DECREF(data);
         if (!ok || device != want_device) return 0;
     }

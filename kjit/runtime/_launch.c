@@ -7,6 +7,7 @@
  * sit below this one: _foreign.c reads framework arrays, _tables.c serves k[config]. */
 #include "_foreign.h"
 #include "_gil.h"
+#include "_pyint.h"
 #include "_tables.h"
 #include <dlfcn.h>
 #include <math.h>
@@ -78,7 +79,7 @@ static PyObject* current_context(PyObject* self, PyObject* noargs) {
 enum { ATTR_MEMORY_TYPE = 2, ATTR_IS_MANAGED = 8, ATTR_DEVICE_ORDINAL = 9, MEMORYTYPE_DEVICE = 2 };
 static PyObject* pointer_device(PyObject* self, PyObject* arg) {
     if (!require_bound()) return NULL;
-    unsigned long long addr = PyLong_AsUnsignedLongLong(arg);
+    unsigned long long addr = kjit_as_u64(arg);
     if (addr == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     int attrs[3] = {ATTR_MEMORY_TYPE, ATTR_DEVICE_ORDINAL, ATTR_IS_MANAGED};
     uint64_t mem_type = 0, ordinal = 0, managed = 0;
@@ -102,7 +103,7 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
     }
     if (!require_bound()) return NULL;
     for (int i = 0; i < 10; i++) {
-        v[i] = PyLong_AsUnsignedLongLong(args[i]);
+        v[i] = kjit_as_u64(args[i]);
         if (v[i] == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     }
     PyThreadState* ts = kjit_gil_release();
@@ -120,8 +121,8 @@ static PyObject* graph_launch(PyObject* self, PyObject* const* args, Py_ssize_t 
     }
     if (!require_bound()) return NULL;
     if (!cu_graph_launch) return PyErr_Format(PyExc_OSError, "libcuda.so.1 lacks cuGraphLaunch");
-    unsigned long long exec = PyLong_AsUnsignedLongLong(args[0]);
-    unsigned long long stream = PyLong_AsUnsignedLongLong(args[1]);
+    unsigned long long exec = kjit_as_u64(args[0]);
+    unsigned long long stream = kjit_as_u64(args[1]);
     if (PyErr_Occurred()) return NULL;
     PyThreadState* ts = kjit_gil_release();
     int r = cu_graph_launch((void*)(uintptr_t)exec, (void*)(uintptr_t)stream);
@@ -137,17 +138,35 @@ enum { K_PYTHON = 0, K_I8 = 1, K_U8, K_I16, K_U16, K_I32, K_U32, K_I64, K_U64,
 static PyObject* s_launch_key = NULL;
 static PyObject* s_ptr = NULL;
 
+/* An int of one digit (|x| < 2**30, what kernels are mostly passed) read inline, as CPython's
+ * own code reads it: the API call converting any int costs more than the rest of its packing. */
+static inline int compact_value(PyObject* v, long long* out) {
+#if PY_VERSION_HEX >= 0x030C0000
+    if (!PyUnstable_Long_IsCompact((PyLongObject*)v)) return 0;
+    *out = (long long)PyUnstable_Long_CompactValue((PyLongObject*)v);
+    return 1;
+#else
+    Py_ssize_t size = Py_SIZE(v);
+    if (size < -1 || size > 1) return 0;
+    *out = size * (long long)((PyLongObject*)v)->ob_digit[0];
+    return 1;
+#endif
+}
+
 static int put_int(char* dst, int kind, PyObject* v) {
     if (!PyLong_CheckExact(v)) return 0;           /* bool, numpy ints...: the Python path */
     if (kind == K_U64) {
-        unsigned long long u = PyLong_AsUnsignedLongLong(v);
+        unsigned long long u = kjit_as_u64(v);
         if (u == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
         memcpy(dst, &u, 8);
         return 1;
     }
-    int overflow = 0;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow || (x == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
+    long long x;
+    if (!compact_value(v, &x)) {
+        int overflow = 0;
+        x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
+    }
     switch (kind) {
     case K_I8:  if (x < INT8_MIN || x > INT8_MAX) return 0; { int8_t t = (int8_t)x; memcpy(dst, &t, 1); } return 1;
     case K_U8:  if (x < 0 || x > UINT8_MAX) return 0; { uint8_t t = (uint8_t)x; memcpy(dst, &t, 1); } return 1;
@@ -165,6 +184,8 @@ static int put_int(char* dst, int kind, PyObject* v) {
  * layout (a slot made a property, say) goes through getattr. */
 static PyTypeObject* slots_type = NULL;
 static Py_ssize_t key_offset = -1, ptr_offset = -1;
+static PyObject* last_ptr = NULL;   /* the `ptr` int read last (held), and its value */
+static unsigned long long last_addr = 0;
 
 static Py_ssize_t slot_offset(PyTypeObject* t, PyObject* name) {
     PyObject* d = PyObject_GetAttr((PyObject*)t, name);
@@ -189,8 +210,14 @@ static int array_address(PyObject* v, PyObject* token, PyObject* bits, unsigned 
         PyObject* key = *(PyObject**)((char*)v + key_offset);
         PyObject* p = *(PyObject**)((char*)v + ptr_offset);
         if (!key || !p || (key != token && key != bits) || !PyLong_CheckExact(p)) return 0;
-        *addr = PyLong_AsUnsignedLongLong(p);
+        if (p == last_ptr) {   /* an int never changes: the same object is the same address */
+            *addr = last_addr;
+            return 1;
+        }
+        *addr = kjit_as_u64(p);
         if (*addr == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        Py_XSETREF(last_ptr, Py_NewRef(p));
+        last_addr = *addr;
         return 1;
     }
     PyObject* key = PyObject_GetAttr(v, s_launch_key);
@@ -200,7 +227,7 @@ static int array_address(PyObject* v, PyObject* token, PyObject* bits, unsigned 
     if (!same) return 0;
     PyObject* p = PyObject_GetAttr(v, s_ptr);
     if (!p) return -1;
-    *addr = PyLong_AsUnsignedLongLong(p);
+    *addr = kjit_as_u64(p);
     Py_DECREF(p);
     return *addr == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 1;
 }
@@ -302,7 +329,10 @@ typedef struct {
     char* buf;
     void* func;
     void* stream;
-    void** params;
+    void** params;          /* kernelParams: a pointer per parameter, or NULL */
+    void** extra;           /* else the buffer as one block: points at `block` */
+    void* block[5];
+    size_t block_size;
     unsigned dims[7];       /* grid xyz, block xyz, dynamic shared memory */
     unsigned long owner;    /* the thread that owns `buf` (the kernel's first) */
     const uint64_t* ctx;    /* the kernel's context: launched here only while it is current */
@@ -344,7 +374,7 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     err = elsewhere ? cu_ctx_push(ctx) : 0;
     if (!err) {
         err = cu_launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
-                        L->dims[5], L->dims[6], stream, L->params, NULL);
+                        L->dims[5], L->dims[6], stream, L->params, L->extra);
         if (elsewhere) {
             void* popped = NULL;
             cu_ctx_pop(&popped);
@@ -391,15 +421,19 @@ static PyTypeObject LauncherType = {
 };
 
 /* launcher(fallback, on_error, spec, tokens, array_type, last, name, buffer, func, stream,
- *          params, gx, gy, gz, bx, by, bz, shared_mem, owner, context_cell, flags, device)
+ *          params, gx, gy, gz, bx, by, bz, shared_mem, owner, context_cell, flags, device,
+ *          block_size)
  * -> Launcher; context_cell: an 8-byte buffer (ctypes.c_uint64) holding the kernel's context,
- * read on every launch */
+ * read on every launch. block_size > 0: the buffer is the kernel's parameter block as the
+ * driver lays it out (cuFuncGetParamInfo), handed over whole (CU_LAUNCH_PARAM_BUFFER_POINTER),
+ * which the driver copies in one piece instead of a piece per parameter; 0: `params`. */
+enum { PARAM_END = 0, PARAM_BUFFER_POINTER = 1, PARAM_BUFFER_SIZE = 2 };   /* cuda.h's */
 static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
-    if (nargs != 22 || !PyBytes_Check(a[2]) || !PyTuple_Check(a[3]) || !PyType_Check(a[4]) ||
+    if (nargs != 23 || !PyBytes_Check(a[2]) || !PyTuple_Check(a[3]) || !PyType_Check(a[4]) ||
             !PyList_Check(a[5]) || PyList_GET_SIZE(a[5]) < 1 || !PyLong_Check(a[21])) {
         PyErr_SetString(PyExc_TypeError, "launcher(fallback, on_error, spec, tokens, array_type, last, "
                         "name, buffer, func, stream, params, gx, gy, gz, bx, by, bz, shared_mem, owner, "
-                        "context, flags, device)");
+                        "context, flags, device, block_size)");
         return NULL;
     }
     if (PyTuple_GET_SIZE(a[3]) < PyBytes_GET_SIZE(a[2]) / 8) {
@@ -415,9 +449,11 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
         }
     }
     unsigned long long v[14];
+    size_t block_size = PyLong_AsSize_t(a[22]);
+    if (block_size == (size_t)-1 && PyErr_Occurred()) return NULL;
     for (int i = 0; i < 14; i++) {
         if (i == 12) continue;   /* the context cell */
-        v[i] = PyLong_AsUnsignedLongLong(a[7 + i]);
+        v[i] = kjit_as_u64(a[7 + i]);
         if (v[i] == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     }
     Py_buffer cell;
@@ -438,7 +474,14 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
     L->buf = (char*)(uintptr_t)v[0];
     L->func = (void*)(uintptr_t)v[1];
     L->stream = (void*)(uintptr_t)v[2];
-    L->params = (void**)(uintptr_t)v[3];
+    L->block_size = block_size;
+    L->block[0] = (void*)(uintptr_t)PARAM_BUFFER_POINTER;
+    L->block[1] = L->buf;
+    L->block[2] = (void*)(uintptr_t)PARAM_BUFFER_SIZE;
+    L->block[3] = &L->block_size;
+    L->block[4] = (void*)(uintptr_t)PARAM_END;
+    L->params = block_size ? NULL : (void**)(uintptr_t)v[3];
+    L->extra = block_size ? L->block : NULL;
     for (int i = 0; i < 7; i++) L->dims[i] = (unsigned)v[4 + i];
     L->owner = (unsigned long)v[11];
     L->ctx = ctx;

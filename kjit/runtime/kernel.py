@@ -132,6 +132,8 @@ class Launchable(Protocol):
     @property
     def params_address(self) -> int: ...          # its void** array: cuLaunchKernel's kernelParams
     @property
+    def block_size(self) -> int: ...              # the buffer's size where the driver laid it out, else 0
+    @property
     def owner_thread(self) -> int: ...            # the thread whose launches use that buffer
     @property
     def context_address(self) -> int: ...
@@ -199,7 +201,7 @@ class Kernel(_KernelBase):
     a launch runs on the current stream of its PyTorch tensors or CuPy arrays."""
 
     def __init__(self, module: Any, handle: Any, name: str, symbol: str, slots: list[ParamSlot],
-                 device: int, context: Any):
+                 device: int, context: Any, driver_layout: bool = False):
         self.module = module
         self.handle = handle
         self.name = name
@@ -216,6 +218,9 @@ class Kernel(_KernelBase):
         self.packer = Packer(name, slots, device)
         self._buf, self._ptrs, self.params_address = self.packer.new_buffers()
         self.buffer_address = ctypes.addressof(self._buf)
+        # a layout the driver gave (cuFuncGetParamInfo) is its parameter block exactly: C
+        # launchers hand the buffer over whole, which the driver copies in one piece
+        self.block_size = self.packer.size if driver_layout and slots else 0
         self.owner_thread = threading.get_ident()
         self._configs: dict[Any, Callable] = {}
         self._shared_limit = DEFAULT_SHARED_LIMIT
@@ -564,7 +569,8 @@ def build(kernel: Launchable, dims: tuple, shared: int, stream: Any, config: Any
         launch_failed(kernel, err, dims, shared, s, pending)
     return make(launch, failed, spec, tokens, DeviceArray, context_mod.last_launch, kernel.name,
                 kernel.buffer_address, int(kernel.handle), stream or 0, kernel.params_address,
-                *dims, shared, kernel.owner_thread, kernel.context_cell, flags, kernel.device)
+                *dims, shared, kernel.owner_thread, kernel.context_cell, flags, kernel.device,
+                kernel.block_size)
 
 
 def _python_launcher(kernel: Launchable, dims: tuple, shared: int, stream: Any, config: Any,

@@ -208,10 +208,9 @@ class Module:
             err, func = drv.cuModuleGetFunction(handle, symbol.encode())
         if err:
             driver.raise_for(err, f"cuModuleGetFunction({name})")
-        return Kernel(self, func, name, symbol, self._slots(func, name, symbol), device, ctx)
-
-    def _slots(self, func: Any, name: str, symbol: str):
-        return resolve_slots(self.object, name, symbol, _driver_param_info(func), self._ptx_text)
+        info = _driver_param_info(func)
+        slots = resolve_slots(self.object, name, symbol, info, self._ptx_text)
+        return Kernel(self, func, name, symbol, slots, device, ctx, driver_layout=info is not None)
 
     def _ptx_text(self) -> bytes | None:
         if self.object.kind == "ptx":
