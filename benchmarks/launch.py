@@ -86,6 +86,9 @@ class CInProcess(Toolkit):
         self.lib = ctypes.CDLL(str(lib))
         self.lib.launch_batch.restype = ctypes.c_double
         self.lib.launch_batch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+        self.lib.launch_block_batch.restype = ctypes.c_double
+        self.lib.launch_block_batch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                                ctypes.c_int, ctypes.c_void_p]
         self.lib.graph_batch.restype = ctypes.c_double
         self.lib.graph_batch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
         self.state: dict = {}
@@ -99,6 +102,33 @@ class CInProcess(Toolkit):
         us = self.lib.launch_batch(func, ctypes.addressof(arr), PER_BATCH, None)
         if us < 0:
             raise SystemExit(f"C cuLaunchKernel failed: CUresult {-int(us)}")
+        return us
+
+
+class CBlock(Toolkit):
+    """C's loop with the parameters as one buffer (CU_LAUNCH_PARAM_BUFFER_POINTER), laid out as
+    cuFuncGetParamInfo says: what kjit's C launchers hand the driver, written in C."""
+    name = "C cuLaunchKernel, parameters as one buffer"
+
+    def __init__(self, floor: CInProcess):
+        self.floor = floor
+        self.state: dict = {}
+
+    def prepare(self, n):
+        k = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}")
+        if not k.block_size:
+            raise RuntimeError("the driver does not report parameter layouts (cuFuncGetParamInfo)")
+        func, buf, holders, _ = _prebuilt(n)
+        block = ctypes.create_string_buffer(k.block_size)
+        for slot, held in zip(k.params, holders):
+            ctypes.memmove(ctypes.addressof(block) + slot.offset, ctypes.addressof(held), ctypes.sizeof(held))
+        self.state[n] = (buf, holders, block, int(func), k.block_size)
+
+    def batch(self, n):
+        _, _, block, func, size = self.state[n]
+        us = self.floor.lib.launch_block_batch(func, ctypes.addressof(block), size, PER_BATCH, None)
+        if us < 0:
+            raise SystemExit(f"C cuLaunchKernel with one buffer failed: CUresult {-int(us)}")
         return us
 
 
@@ -296,7 +326,8 @@ class CuPy(Toolkit):
         _check(self.name, n, float(self.state[n][0][0].get()))
 
 
-ORDER = ["C cuLaunchKernel", "C cuLaunchKernel, a separate program", "cuda.bindings void**", "kjit k[grid, block](...)",
+ORDER = ["C cuLaunchKernel", "C cuLaunchKernel, a separate program", "C cuLaunchKernel, parameters as one buffer",
+         "cuda.bindings void**", "kjit k[grid, block](...)",
          "kjit k[grid, block, stream, 0](...)", "kjit @kernel f[grid, block](...)",
          "kjit bound launcher L(...)", "kjit k.launch(...)",
          "kjit k[g, b, torch stream](torch tensor, ...)",
@@ -335,7 +366,7 @@ def run() -> tuple[dict, dict]:
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         floor = CInProcess(Path(tmp))
-        toolkits: list[Toolkit] = [floor, C(Path(tmp)), Bindings(), KjitGetitem(), KjitStreamShared(),
+        toolkits: list[Toolkit] = [floor, C(Path(tmp)), CBlock(floor), Bindings(), KjitGetitem(), KjitStreamShared(),
                                    KjitDecorator(), KjitBound(), KjitLaunch(), KjitViaBindings()]
         for factory in (KjitTorch, KjitCuPy, CudaCore, CuPy):
             try:
