@@ -164,6 +164,38 @@ class C(Toolkit):
         _check(self.name, n, self.last[n])
 
 
+class PythonFloor(Toolkit):
+    """A C extension function that reads none of its arguments and calls cuLaunchKernel
+    (benchmarks/c/py_floor.c): the loop, the call and the launch every Python launcher pays
+    before any work of its own. One kernel at a time is prepared in it, so each batch prepares
+    its own."""
+    name = "Python's floor: a bare C function call, then cuLaunchKernel"
+
+    def __init__(self, workdir: Path):
+        import importlib.util
+        import sysconfig
+        so = workdir / ("py_floor" + sysconfig.get_config_var("EXT_SUFFIX"))
+        cuda = Path(shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc").resolve().parent.parent
+        subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC",
+                        f"-I{sysconfig.get_paths()['include']}", f"-I{cuda / 'include'}",
+                        "-o", str(so), str(HERE / "c" / "py_floor.c"), f"-L{cuda / 'lib64' / 'stubs'}",
+                        "-lcuda"], check=True, capture_output=True)
+        spec = importlib.util.spec_from_file_location("py_floor", so)
+        self.ext = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.ext)
+        self.state = {}
+
+    def prepare(self, n):
+        func, buf, holders, arr = _prebuilt(n)
+        args = [buf, *launch_args(n)]
+        self.state[n] = (buf, holders, arr, int(func), Loop("launch({args})", args, launch=self.ext.launch))
+
+    def batch(self, n):
+        _, _, arr, func, loop = self.state[n]
+        self.ext.prepare(func, ctypes.addressof(arr))
+        return loop(PER_BATCH) / PER_BATCH / 1e3
+
+
 class Bindings(Toolkit):
     """cuda.bindings with a prebuilt void** array: the Python floor."""
     name = "cuda.bindings void**"
@@ -335,7 +367,7 @@ class CuPy(Toolkit):
 
 
 ORDER = ["C cuLaunchKernel", "C cuLaunchKernel, a separate program", "C cuLaunchKernel, parameters as one buffer",
-         "cuda.bindings void**", "kjit k[grid, block](...)",
+         "Python's floor: a bare C function call, then cuLaunchKernel", "cuda.bindings void**", "kjit k[grid, block](...)",
          "kjit k[grid, block, stream, 0](...)", "kjit @kernel f[grid, block](...)",
          "kjit bound launcher L(...)", "kjit k.launch(...)",
          "kjit k[g, b, torch stream](torch tensor, ...)",
@@ -379,10 +411,11 @@ def run() -> tuple[dict, dict]:
         floor = CInProcess(Path(tmp))
         toolkits: list[Toolkit] = [floor, C(Path(tmp)), CBlock(floor), Bindings(), KjitGetitem(), KjitStreamShared(),
                                    KjitDecorator(), KjitBound(), KjitLaunch(), KjitViaBindings()]
-        for factory in (KjitTorch, KjitCuPy, CudaCore, CuPy):
+        for factory, args in ((PythonFloor, (Path(tmp),)), (KjitTorch, ()), (KjitCuPy, ()),
+                              (CudaCore, ()), (CuPy, ())):
             try:
-                toolkits.append(factory())
-            except Exception as exc:  # a peer that is missing or changed its API
+                toolkits.append(factory(*args))
+            except Exception as exc:  # a peer that is missing or changed its API; no compiler
                 results[factory.name] = f"unavailable: {type(exc).__name__}: {exc}"
         ready = []
         for t in toolkits:
