@@ -9,7 +9,8 @@ floor), and by timing its pieces without a launch:
   and with the GIL released around cuLaunchKernel at every launch;
 - without a launch: an empty loop iteration, a call into kjit's extension that asks libcuda
   for the current context (what every launch asks), and the C packer (`_launch.pack`) with no
-  argument, a kjit array, and the 3- and 16-argument signatures.
+  argument, a kjit array, and the 3- and 16-argument signatures, and with a PyTorch tensor and
+  a CuPy array in place of the kjit array.
 
 Prints ns per launch above C (median of per-round differences, min-max) and ns per piece.
 """
@@ -75,6 +76,38 @@ def pieces(ext) -> dict:
     return out
 
 
+def foreign_pieces(ext) -> dict:
+    """_launch.pack of one PyTorch tensor and one CuPy array against a kjit array: what reading
+    a framework's array costs per launch. Each is launched once first, which teaches the C
+    packer its type."""
+    from kjit.runtime.memory import DeviceArray
+    k = kjit.load(kjit.compile(launch_source(1))).get_function("k1")
+    spec, tokens = k.packer.c_spec()
+    cell = ctypes.create_string_buffer(64)
+    arrays = {"a kjit array": kjit.zeros(16, np.float32)}
+    try:
+        import torch
+        arrays["a torch tensor"] = torch.zeros(16, dtype=torch.float32, device="cuda")
+    except ImportError:
+        pass
+    try:
+        import cupy
+        arrays["a CuPy array"] = cupy.zeros(16, cupy.float32)
+    except ImportError:
+        pass
+    out, base = {}, None
+    for name, a in arrays.items():
+        k[1, 32](a)
+        if ext.pack(spec, tokens, (a,), ctypes.addressof(cell), DeviceArray) != 0:
+            raise SystemExit(f"_launch.pack declined {name}")
+        ns = _per_call_ns(Loop("pack(sp, toks, vals, addr, t)", pack=ext.pack, sp=spec, toks=tokens,
+                               vals=(a,), addr=ctypes.addressof(cell), t=DeviceArray))
+        base = ns if base is None else base
+        out[f"_launch.pack of {name}: ns (above a kjit array)"] = f"{ns:.1f} ({ns - base:+.1f})"
+    kjit.synchronize()
+    return out
+
+
 def run() -> dict:
     ext = extension()
     if ext is None:
@@ -111,6 +144,7 @@ def run() -> dict:
                     f"{statistics.median(ds):.0f} [{min(ds):.0f} to {max(ds):.0f}]"
             out[f"{n} args: C cuLaunchKernel, ns per launch"] = round(floor.batch(n) * 1e3)
         out.update(pieces(ext))
+        out.update(foreign_pieces(ext))
     out["when"] = time.strftime("%Y-%m-%d")
     return out
 
