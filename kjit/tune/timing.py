@@ -2,11 +2,11 @@
 
 Like triton.testing.do_bench: one launch estimates the time, then warm-up launches for
 about `warmup_ms`, then timed repeats for about `rep_ms` (at least `min_reps`), each between
-its own pair of events, and the median is kept. Early stopping (`stop`, `early_stop`) ends
-a candidate's repeats once it is clearly slower than the best so far; the screen (`screen`,
-measure.py) times every candidate briefly first and in full only those near the best. Buffers named in
-`reset_to_zero` are zeroed before every launch; those and the ones in `restore_value` are
-put back after each candidate, all outside the timed region."""
+its own pair of events, and the median is kept. Early stopping (`stop`, an `EarlyStop`)
+ends a candidate's repeats once it is clearly slower than the best so far; the screen
+(`screen`, measure.py) times every candidate briefly first and in full only those near the
+best. Buffers named in `reset_to_zero` are zeroed before every launch; those and the ones in
+`restore_value` are put back after each candidate, all outside the timed region."""
 from __future__ import annotations
 
 import math
@@ -47,7 +47,8 @@ def device_buffer(name: str, value: Any) -> tuple[int, int]:
             raise ArgumentError(f"argument {name!r} is named in restore_value/reset_to_zero but "
                                 f"is a tensor on {value.device}; pass it on the GPU")
         if not value.is_contiguous():
-            raise ArgumentError(f"argument {name!r} (restore_value/reset_to_zero) must be contiguous")
+            raise ArgumentError(f"argument {name!r} (restore_value/reset_to_zero) must be "
+                                "contiguous")
         return value.data_ptr(), value.numel() * value.element_size()
     from ..runtime import array_interface
     cai = array_interface(value)
@@ -104,10 +105,10 @@ def bench(launch: Callable[[], None], *, stream: Any = None,
 
     stop: given the times of the repeats finished so far, whether to stop timing (early
     stopping: "stopped": True is added); its `hopeless(ms)`, where it has one, is asked
-    after the first launch, and true ends the timing there. The repeats are then read while the next ones are
-    queued, at least WINDOW_MS of work ahead, so the GPU never waits for the check (an idle
-    GPU between a start event and its launch would lengthen that repeat). Without it every
-    repeat is queued at once, as before."""
+    after the first launch, and true ends the timing there. The repeats are then read while
+    the next ones are queued, at least WINDOW_MS of work ahead, so the GPU never waits for the
+    check (an idle GPU between a start event and its launch would lengthen that repeat).
+    Without it every repeat is queued at once."""
     from ..runtime import Event
     start, end = Event(), Event()
     if before:
