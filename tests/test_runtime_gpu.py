@@ -158,20 +158,22 @@ def test_seed002_parameter_buffer_layout():
 
 MIXED = r'''
 extern "C" __global__ void mixed(signed char a, double b, short c, unsigned long long d, float e,
-                                 unsigned char f, long long g, float* out, unsigned short h, int i) {
+                                 unsigned char f, long long g, float* out, unsigned short h, int i,
+                                 signed char j) {
     out[0] = a; out[1] = (float)b; out[2] = c; out[3] = (float)d; out[4] = e; out[5] = f;
-    out[6] = (float)g; out[7] = h; out[8] = i;
+    out[6] = (float)g; out[7] = h; out[8] = i; out[9] = j;
 }'''
 
 
 def test_scalars_of_every_size_arrive_through_the_parameter_block():
     # C launchers hand the driver the packed buffer whole (CU_LAUNCH_PARAM_BUFFER_POINTER),
-    # laid out as cuFuncGetParamInfo says: padding between sizes 1, 2, 4 and 8 must match
+    # laid out as cuFuncGetParamInfo says: padding between sizes 1, 2, 4 and 8 must match, and
+    # the block ends with its last parameter (65 bytes here, not rounded up to 8)
     k = kjit.load(kjit.compile(MIXED)).get_function("mixed")
-    assert k.block_size == k.params[-1].offset + k.params[-1].size
-    out = kjit.zeros(9, np.float32)
-    for grid, vals in ((1, (-5, 2.5, -300, 2**40, 1.25, 200, -2**33, 60000, -7)),
-                       (2, (7, -0.5, 12, 3, -8.0, 1, 5, 2, 2**30))):   # the block rewritten
+    assert k.block_size == k.params[-1].offset + k.params[-1].size == 65
+    out = kjit.zeros(10, np.float32)
+    for grid, vals in ((1, (-5, 2.5, -300, 2**40, 1.25, 200, -2**33, 60000, -7, -3)),
+                       (2, (7, -0.5, 12, 3, -8.0, 1, 5, 2, 2**30, 100))):   # the block rewritten
         run = k[grid, 1]
         assert type(run).__name__ == "Launcher"
         run(*vals[:7], out, *vals[7:])
