@@ -94,6 +94,29 @@ def test_dlpack_export_inside_a_torch_capture_does_not_synchronize(device):
         assert y.cpu().tolist() == [2.0 * i for i in range(N)]
 
 
+def test_a_kjit_array_collected_inside_a_torch_capture_does_not_end_it():
+    # PyTorch captures in global mode: a cuMemFree from this thread would invalidate its graph.
+    # The array's memory is released at kjit's next allocation after the capture.
+    torch = pytest.importorskip("torch")
+    x = torch.randn(N, device="cuda")
+    y = torch.zeros(N, device="cuda")
+    doomed = kjit.zeros(1 << 20, "float32")
+    saxpy[GRID, 256](1.0, x, y, N)   # loaded before the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        saxpy[GRID, 256](1.0, x, y, N)
+        del doomed
+        saxpy[GRID, 256](1.0, x, y, N)
+    y.zero_()
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, 2 * x)
+    kjit.zeros(4, "float32")   # releases what waited for the capture
+    from kjit.runtime import capture
+    assert capture._waiting == []
+
+
 def test_kjit_launches_are_recorded_in_a_cupy_graph(device):
     cp = import_cupy()
     xh = rng.standard_normal(N).astype(np.float32)

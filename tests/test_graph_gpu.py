@@ -84,6 +84,34 @@ def test_a_graph_built_node_by_node_runs_in_order_on_any_stream():
     np.testing.assert_allclose(y.get(), 4 * 4 * xh * 0.5, rtol=1e-5)
 
 
+def _free_bytes() -> int:
+    return int(driver.call(driver.bindings().cuMemGetInfo)[0])
+
+
+def test_an_array_collected_during_a_capture_is_freed_after_it_and_the_capture_survives():
+    # cuMemFree inside a capture would end it: an array whose last reference goes (or that the
+    # garbage collector takes) while this thread captures is freed once the capture is over
+    import gc
+    xh = floats()
+    x, y = kjit.to_device(xh), kjit.zeros(N, "float32")
+    saxpy[GRID, BLOCK](0.0, x, y, N)
+    doomed = [kjit.zeros(64 << 20, "uint8") for _ in range(2)]
+    cycle = [doomed.pop()]
+    cycle.append(cycle)   # the second goes only with the collector
+    kjit.synchronize()
+    before = _free_bytes()
+    with kjit.graph() as g:
+        saxpy[GRID, BLOCK](1.0, x, y, N)
+        del doomed, cycle
+        gc.collect()
+        saxpy[GRID, BLOCK](1.0, x, y, N)   # the capture is still alive
+        assert _free_bytes() <= before + (1 << 20)   # nothing freed inside it
+    assert _free_bytes() >= before + (120 << 20)   # both freed as it ended
+    g.launch()
+    g.synchronize()
+    np.testing.assert_allclose(y.get(), 2 * xh, rtol=1e-6)
+
+
 def test_what_a_capture_cannot_record_is_refused_and_the_capture_survives():
     xh = floats()
     x, y = kjit.to_device(xh), kjit.zeros(N, "float32")

@@ -83,12 +83,14 @@ class DeviceArray:
         self.launch_key = None
         self._ctx = None   # where it was allocated; None: its device's primary context
         if ptr is None:
-            from .capture import check_not_capturing
+            from .capture import check_not_capturing, run_waiting, when_not_capturing
             check_not_capturing("allocating a device array")
+            run_waiting()   # what was freed during a capture since ended, before allocating more
             ctx = self._ctx = driver.ensure_context()
             self.device = driver.current_device() if device is None else device
             self.ptr = int(driver.call(driver.bindings().cuMemAlloc, max(self.nbytes, 1)))
-            self._finalizer = weakref.finalize(self, _free, self.ptr, ctx, driver.context_epoch(ctx))
+            self._finalizer = weakref.finalize(self, when_not_capturing, _free, self.ptr, ctx,
+                                               driver.context_epoch(ctx))
         else:
             self.ptr = int(ptr)
             self.device = driver.current_device() if device is None else device
