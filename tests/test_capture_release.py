@@ -9,12 +9,14 @@ from kjit.runtime import capture
 
 
 def test_a_release_during_a_capture_waits_for_its_end():
+    # (kjit.graph() runs the waiting releases once cuStreamEndCapture has ended the capture)
     done = []
     with capture.thread_capture(0, "a test graph"):
         assert capture.capturing_here()
         capture.when_not_capturing(done.append, 1)
         capture.run_waiting()   # still capturing: it waits
         assert done == []
+    capture.run_waiting()
     assert done == [1] and capture._waiting == []
     assert not capture.capturing_here()
     capture.when_not_capturing(done.append, 2)   # no capture: at once
@@ -29,6 +31,7 @@ def test_another_thread_neither_waits_nor_releases_what_waits_for_this_threads_c
         worker.start()
         worker.join()
         assert done == ["theirs"]   # this thread's wait is still this thread's
+    capture.run_waiting()
     assert done == ["theirs", "mine"]
 
 
@@ -38,7 +41,8 @@ def test_what_waits_for_a_thread_that_ended_is_released_by_another():
     def capture_and_end():
         with capture.thread_capture(0, "a test graph"):
             capture.when_not_capturing(done.append, "left behind")
-        # leaving the capture releases it here; put one back as if the thread ended inside
+        capture.run_waiting()   # the capture over: released here
+        # and one put back as if the thread had ended inside its capture
         with capture._waiting_lock:
             capture._waiting.append((threading.get_ident(), done.append, ("orphan",)))
     worker = threading.Thread(target=capture_and_end)

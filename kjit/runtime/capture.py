@@ -58,8 +58,8 @@ def capturing_here() -> bool:
 
 def when_not_capturing(release: Callable[..., None], *args: Any) -> None:
     """release(*args) now, or, while this thread captures a graph, once that capture is over
-    (at its end for a kjit graph, else at the next release or allocation outside one): a
-    device array collected inside a capture must not end it with cuMemFree."""
+    (after cuStreamEndCapture for a kjit graph, else at the next release or allocation outside
+    one): a device array collected inside a capture must not end it with cuMemFree."""
     if capturing_here():
         with _waiting_lock:
             _waiting.append((threading.get_ident(), release, args))
@@ -98,7 +98,6 @@ class thread_capture:
 
     def __exit__(self, *exc: Any) -> None:
         self._set(*self.saved)
-        run_waiting()
 
     @staticmethod
     def _set(handle: int, what: Any) -> None:
