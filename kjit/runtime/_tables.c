@@ -142,7 +142,6 @@ static PyGetSetDef function_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-
 static PyMappingMethods kernel_mapping = {.mp_subscript = kernel_subscript};
 static PyMappingMethods function_mapping = {.mp_subscript = function_subscript};
 

@@ -1,7 +1,7 @@
 """A kjit graph capture in this thread: the stream launches given none go to, the refusal of
 what a capture cannot record, asked before the driver is called (a refused call would end the
-capture), and the frees that wait until no capture runs here. The lowest piece of the runtime's stream handling: memory, contexts and streams
-ask it."""
+capture), and the frees that wait until no capture runs here. The lowest piece of the
+runtime's stream handling: memory, contexts and streams ask it."""
 from __future__ import annotations
 
 import sys
