@@ -55,8 +55,7 @@ def _launcher(fallback, nargs=1):
     from kjit.runtime.memory import DeviceArray
     spec = b"".join(struct.pack("<ii", 5, 4 * i) for i in range(nargs))   # int32 parameters
     return _launch.launcher(fallback, lambda err, stream: None, spec, (None,) * nargs, DeviceArray,
-                            [None], "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, ctypes.c_uint64(0),
-                            0, 0, 0)
+                            [None], "k", 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, ctypes.c_uint64(0), 0, 0, 0)
 
 
 def test_launcher_hands_what_it_cannot_launch_to_the_python_launcher():
@@ -183,8 +182,31 @@ def test_kernels_with_structs_pack_numbers_in_c_and_structs_in_python():
             pk.filler(buf, with_c)(((1.0, 2.0), 7), [])
     spec, tokens = pk.c_spec()
     with pytest.raises(ValueError, match="every parameter"):
-        make(print, print, spec, tokens, type, [None], "k", 0, 0, 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0, 0, 0)
+        make(print, print, spec, tokens, type, [None], "k", 0, 0, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0, 0, 0)
 
+
+
+def test_a_launcher_refuses_a_spec_its_own_buffer_cannot_hold():
+    # each Launcher packs into a buffer of its own, sized from the spec (or the driver's block
+    # size): an offset out of alignment or past the block would write outside it
+    import struct
+
+    from kjit.runtime.libcuda import c_function
+    make = c_function("launcher")
+    if make is None:
+        pytest.skip("the C extension (kjit/runtime/_launch.c) is not built")
+
+    def launcher(spec, block_size):
+        return make(print, print, spec, (None, None), type, [None], "k", 0, 0, 1, 1, 1, 32, 1, 1, 0,
+                    0, ctypes.c_uint64(0), 0, 0, block_size)
+    ints = struct.pack("<iiii", 5, 0, 5, 4)   # two int32 parameters at 0 and 4
+    assert type(launcher(ints, 8)).__name__ == type(launcher(ints, 0)).__name__ == "Launcher"
+    with pytest.raises(ValueError, match="smaller than its parameters"):
+        launcher(ints, 6)
+    with pytest.raises(ValueError, match="out of place"):
+        launcher(struct.pack("<iiii", 5, 0, 5, 6), 0)   # an int32 at offset 6
+    with pytest.raises(ValueError, match="out of place"):
+        launcher(struct.pack("<iiii", 5, 0, 5, -4), 0)
 
 # --- k[config] and f[config] in C (KernelBase / KernelFunctionBase) ------------------------
 def _base(name):

@@ -50,7 +50,7 @@ def _kernel(pack):
     # a Launchable: every name the launch builders read, nothing more
     k = SimpleNamespace(
         name="k", device=0, handle=0x99, params=tuple(packer.slots), packer=packer,
-        fill=packer.filler(buf, pack), buffer_address=ctypes.addressof(buf), params_address=addr,
+        fill=packer.filler(buf, pack), params_address=addr,
         block_size=0,
         owner_thread=threading.get_ident(), context_address=1, context_cell=ctypes.c_uint64(1),
         c_launch=launch, current_context=lambda: 1, launcher_for=None, launch_elsewhere=None,

@@ -180,6 +180,35 @@ def test_scalars_of_every_size_arrive_through_the_parameter_block():
         np.testing.assert_array_equal(out.get(), np.array(vals, np.float32))
 
 
+
+ROWS = r'''
+extern "C" __global__ void rows(float* out, int row, int a, float b, double c) {
+    out[3 * row] = (float)a; out[3 * row + 1] = b; out[3 * row + 2] = (float)c;
+}'''
+
+
+def test_each_launch_gets_its_own_scalars_whatever_ran_between():
+    # a C launcher keeps the int or float object it wrote into its buffer last and does not
+    # convert the very same object again: what other launchers of the kernel, the Python path
+    # (a numpy scalar) and a refused launch write in between must not leave it stale
+    k = kjit.load(kjit.compile(ROWS)).get_function("rows")
+    out = kjit.zeros(3 * 9, np.float32)
+    a, b, c = 12345678, 1.5, 2.25
+    L, other = k[1, 1], k[2, 1]
+    assert type(L).__name__ == type(other).__name__ == "Launcher"
+    expect = []
+    for row, run, args in ((0, L, (a, b, c)), (1, L, (a, b, c)), (2, other, (7, -1.0, 3.0)),
+                           (3, L, (a, b, c)), (4, L, (np.int32(99), b, c)), (5, L, (a, b, c)),
+                           (6, L, (int("12345670") + 8, float("0.25") * 6, c)), (7, other, (a, b, c))):
+        run(out, row, *args)
+        expect.append(args)
+    with pytest.raises(ArgumentError, match="'b'"):
+        L(out, 8, -4, "x", c)   # refused after writing the slots before b
+    L(out, 8, a, b, -c)
+    expect.append((a, b, -c))
+    np.testing.assert_array_equal(out.get(), np.array(expect, np.float32).ravel())
+
+
 STRUCT_SRC = r'''
 typedef struct { float f; float4 f4; } myStruct;
 extern "C" __global__ void unpack(myStruct s, float* out) {

@@ -10,9 +10,10 @@ static int mode = 0;   /* 0: as above; 1: always keep the GIL; 2: always release
 PyThreadState* kjit_gil_release(void) {
     if (mode == 1) return NULL;
     if (mode == 2) return PyEval_SaveThread();
+    /* the interpreter's thread states are a list: the only one has neither neighbour (read
+     * in place: the accessor calls cost more than the rest of the check) */
     PyThreadState* self = PyThreadState_Get();
-    PyThreadState* head = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(self));
-    if (head == self && PyThreadState_Next(head) == NULL) return NULL;   /* the only thread */
+    if (self->prev == NULL && self->next == NULL) return NULL;
     return PyEval_SaveThread();
 }
 

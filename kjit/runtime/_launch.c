@@ -10,6 +10,7 @@
 #include "_pyint.h"
 #include "_tables.h"
 #include <dlfcn.h>
+#include <pthread.h>
 #include <math.h>
 #include <structmember.h>
 #include <stddef.h>
@@ -232,54 +233,38 @@ static int array_address(PyObject* v, PyObject* token, PyObject* bits, unsigned 
     return *addr == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 1;
 }
 
-/* Write args[0..n) into buf per spec, but the K_PYTHON slots: 0 when all were written, 1 + the
- * index of the first the Python path must handle (anything unusual, every error: its message
- * names the parameter), -2 with an exception set. `seen`: the foreign arrays' frameworks. */
-static Py_ssize_t pack_args(const char* spec, Py_ssize_t n, PyObject* tokens,
-                            PyObject* const* args, char* buf, PyTypeObject* array_type,
-                            int* seen, int grad_ok) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int32_t kind, offset;
-        memcpy(&kind, spec + 8 * i, 4);
-        memcpy(&offset, spec + 8 * i + 4, 4);
-        PyObject* v = args[i];
-        char* dst = buf + offset;
-        int ok = 0;
-        if (kind == K_PYTHON) continue;   /* the caller converts it */
-        if (kind >= K_I8 && kind <= K_U64) {
-            ok = put_int(dst, kind, v);
-        } else if (kind == K_F32 || kind == K_F64) {
-            if (PyFloat_CheckExact(v)) {
-                double d = PyFloat_AS_DOUBLE(v);
-                if (kind == K_F64) { memcpy(dst, &d, 8); ok = 1; }
-                else {
-                    float f = (float)d;
-                    if (!isinf(f) || isinf(d)) { memcpy(dst, &f, 4); ok = 1; }  /* overflow: Python says so */
-                }
-            }
-        } else if (kind != K_ARRAY && (kind != K_ARRAY_BITS ||
-                   !PyTuple_Check(PyTuple_GET_ITEM(tokens, i)) ||
-                   PyTuple_GET_SIZE(PyTuple_GET_ITEM(tokens, i)) != 2)) {
-            ;   /* an unknown kind or token: the Python path */
-        } else if (Py_TYPE(v) != array_type) {
-            unsigned long long addr;
-            PyObject* token = PyTuple_GET_ITEM(tokens, i);
-            int framework = kjit_foreign_array(v, kind == K_ARRAY ? token : PyTuple_GET_ITEM(token, 0),
-                                               &addr, grad_ok);
-            if (!framework && kind == K_ARRAY_BITS)   /* an array of the element type's bits */
-                framework = kjit_foreign_array(v, PyTuple_GET_ITEM(token, 1), &addr, grad_ok);
-            if (framework) { memcpy(dst, &addr, 8); *seen |= 1 << framework; ok = 1; }
-        } else {   /* a kjit array: its interned launch key is the token (or the bits' token) */
-            PyObject* token = PyTuple_GET_ITEM(tokens, i);
-            unsigned long long addr;
-            int got = array_address(v, kind == K_ARRAY ? token : PyTuple_GET_ITEM(token, 0),
-                                    kind == K_ARRAY ? NULL : PyTuple_GET_ITEM(token, 1), &addr);
-            if (got < 0) return -2;
-            if (got) { memcpy(dst, &addr, 8); ok = 1; }
-        }
-        if (!ok) return i + 1;
+/* Write one argument of `kind` to dst: 1 when written, 0 where the Python path must handle it
+ * (anything unusual, every error: its message names the parameter), -1 with an exception set.
+ * `seen`: the foreign arrays' frameworks. */
+static inline int put_arg(int kind, PyObject* token, PyObject* v, char* dst,
+                          PyTypeObject* array_type, int* seen, int grad_ok) {
+    if (kind >= K_I8 && kind <= K_U64) return put_int(dst, kind, v);
+    if (kind == K_F32 || kind == K_F64) {
+        if (!PyFloat_CheckExact(v)) return 0;
+        double d = PyFloat_AS_DOUBLE(v);
+        if (kind == K_F64) { memcpy(dst, &d, 8); return 1; }
+        float f = (float)d;
+        if (isinf(f) && !isinf(d)) return 0;   /* overflow: Python says so */
+        memcpy(dst, &f, 4);
+        return 1;
     }
-    return 0;
+    if (kind != K_ARRAY && (kind != K_ARRAY_BITS || !PyTuple_Check(token) || PyTuple_GET_SIZE(token) != 2))
+        return 0;   /* an unknown kind or token: the Python path */
+    unsigned long long addr;
+    if (Py_TYPE(v) != array_type) {
+        int framework = kjit_foreign_array(v, kind == K_ARRAY ? token : PyTuple_GET_ITEM(token, 0),
+                                           &addr, grad_ok);
+        if (!framework && kind == K_ARRAY_BITS)   /* an array of the element type's bits */
+            framework = kjit_foreign_array(v, PyTuple_GET_ITEM(token, 1), &addr, grad_ok);
+        if (!framework) return 0;
+        *seen |= 1 << framework;
+    } else {   /* a kjit array: its interned launch key is the token (or the bits' token) */
+        int got = array_address(v, kind == K_ARRAY ? token : PyTuple_GET_ITEM(token, 0),
+                                kind == K_ARRAY ? NULL : PyTuple_GET_ITEM(token, 1), &addr);
+        if (got <= 0) return got;
+    }
+    memcpy(dst, &addr, 8);
+    return 1;
 }
 
 /* pack(spec, tokens, args, buffer_address, array_type) -> 0 when every argument but those
@@ -299,10 +284,19 @@ static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
     if (PyTuple_GET_SIZE(a[2]) != n) return PyLong_FromLong(-1);
     char* buf = (char*)PyLong_AsVoidPtr(a[3]);
     if (!buf && PyErr_Occurred()) return NULL;
+    const char* spec = PyBytes_AS_STRING(a[0]);
     int seen = 0;
-    Py_ssize_t r = pack_args(PyBytes_AS_STRING(a[0]), n, a[1], &PyTuple_GET_ITEM(a[2], 0), buf,
-                             (PyTypeObject*)a[4], &seen, 0);
-    return r == -2 ? NULL : PyLong_FromSsize_t(r);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t kind, offset;
+        memcpy(&kind, spec + 8 * i, 4);
+        memcpy(&offset, spec + 8 * i + 4, 4);
+        if (kind == K_PYTHON) continue;   /* the caller converts it */
+        int r = put_arg(kind, PyTuple_GET_ITEM(a[1], i), PyTuple_GET_ITEM(a[2], i), buf + offset,
+                        (PyTypeObject*)a[4], &seen, 0);
+        if (r < 0) return NULL;
+        if (r == 0) return PyLong_FromSsize_t(i + 1);
+    }
+    return PyLong_FromLong(0);
 }
 
 /* Launcher: one kernel launch configuration as a callable, `k[grid, block]`. Its call packs
@@ -313,56 +307,94 @@ static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
  * launches on the current stream of its arrays' framework (kjit_framework_stream).
  * While another context is current, a kernel with array parameters (L_HAS_ARRAYS) whose
  * arrays all matched their tokens, so all live on this kernel's device, launches here with
- * its context pushed for the call, as a PyTorch operator runs on its tensors' device. */
+ * its context pushed for the call, as a PyTorch operator runs on its tensors' device.
+ *
+ * A launch costs what it touches: between two launches the driver's own work (microseconds)
+ * leaves this code's cache lines and branch history cold, so a launcher keeps what a launch
+ * reads in one allocation (its fields, a slot per parameter, its own parameter buffer) and
+ * writes only what changed: a slot holds the int or float it wrote last, and the same object
+ * again (an int or float never changes) finds its bytes already in place. The buffer is this
+ * launcher's alone, so nothing else overwrites them; arrays are read on every launch. */
 enum { L_AUTO_STREAM = 1, L_GRAD_OK = 2, L_HAS_ARRAYS = 4 };   /* kernel.py's, checked as above */
 #define NO_CONTEXT UINT64_MAX   /* a destroyed context's cell (kernel.py's NO_CONTEXT) */
 typedef struct {
-    PyObject_HEAD
+    int32_t kind, offset;
+    PyObject* token;        /* borrowed from `tokens` */
+    PyObject* held;         /* the scalar whose bytes are in the buffer; NULL: none */
+} Slot;
+
+typedef struct {
+    PyObject_VAR_HEAD       /* the size: of what follows the fields, in bytes */
     vectorcallfunc vectorcall;
-    PyObject* fallback;     /* Python launcher: fallback(*args) */
-    PyObject* on_error;     /* on_error(CUresult): raises the launch's error */
-    PyObject* spec;         /* bytes */
-    PyObject* tokens;       /* tuple */
-    PyObject* array_type;
-    PyObject* last;         /* list: last[0] = name (the kernel an async error is blamed on) */
-    PyObject* name;
-    char* buf;
+    /* what every launch reads, together */
+    Py_ssize_t nargs;
+    unsigned long owner;    /* the thread launching in C (the kernel's first): the buffer is
+                             * written while another thread may run (the GIL released) */
+    const uint64_t* ctx;    /* the kernel's context: launched here only while it is current */
+    int flags;              /* L_AUTO_STREAM, L_GRAD_OK, L_HAS_ARRAYS */
+    unsigned dims[7];       /* grid xyz, block xyz, dynamic shared memory */
     void* func;
     void* stream;
-    void** params;          /* kernelParams: a pointer per parameter, or NULL */
+    void** params;          /* kernelParams: a pointer per parameter into `buf`, or NULL */
     void** extra;           /* else the buffer as one block: points at `block` */
+    char* buf;
+    PyTypeObject* array_type;
+    PyObject* last;         /* list: last[0] = name (the kernel an async error is blamed on) */
+    PyObject* name;
+    Slot* slots;
     void* block[5];
     size_t block_size;
-    unsigned dims[7];       /* grid xyz, block xyz, dynamic shared memory */
-    unsigned long owner;    /* the thread that owns `buf` (the kernel's first) */
-    const uint64_t* ctx;    /* the kernel's context: launched here only while it is current */
+    /* the rest */
+    PyObject* fallback;     /* Python launcher: fallback(*args) */
+    PyObject* on_error;     /* on_error(CUresult): raises the launch's error */
+    PyObject* tokens;       /* tuple */
     PyObject* ctx_cell;     /* owns *ctx: the kernel's cell, set to all ones once its context
                              * is destroyed (no context is there: every launch hands over) */
-    int flags;              /* L_AUTO_STREAM, L_GRAD_OK */
     PyObject* device;       /* the kernel's device ordinal, for torch's current stream */
+    /* then: the slots, the buffer, the kernelParams array */
 } Launcher;
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* 0: every argument written; 1 + the index of the first the Python path must handle; -2 with
+ * an exception set */
+static inline Py_ssize_t launcher_pack(Launcher* L, PyObject* const* args, int* seen) {
+    Slot* s = L->slots;
+    for (Py_ssize_t i = 0; i < L->nargs; i++, s++) {
+        PyObject* v = args[i];
+        if (v == s->held) continue;   /* the very int or float written last: already in place */
+        int r = put_arg(s->kind, s->token, v, L->buf + s->offset, L->array_type, seen,
+                        L->flags & L_GRAD_OK);
+        if (unlikely(r <= 0)) {
+            Py_CLEAR(s->held);
+            return r < 0 ? -2 : i + 1;
+        }
+        if (s->kind < K_ARRAY) Py_XSETREF(s->held, Py_NewRef(v));   /* arrays: never held */
+    }
+    return 0;
+}
 
 static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
     Launcher* L = (Launcher*)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     void* current = NULL;
-    if (kwnames || PyThread_get_thread_ident() != L->owner ||
-            nargs != PyBytes_GET_SIZE(L->spec) / 8 || !cu_launch || cu_ctx_current(&current) != 0)
+    if (unlikely(kwnames || (unsigned long)pthread_self() != L->owner || nargs != L->nargs ||
+                 !cu_launch || cu_ctx_current(&current) != 0))
         return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
     /* another context current: only a launch its arrays tie to this device stays in C */
     int elsewhere = (uint64_t)(uintptr_t)current != *L->ctx;
-    if (elsewhere && (!(L->flags & L_HAS_ARRAYS) || *L->ctx == NO_CONTEXT))
+    if (unlikely(elsewhere && (!(L->flags & L_HAS_ARRAYS) || *L->ctx == NO_CONTEXT)))
         return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
     int seen = 0;
-    Py_ssize_t r = pack_args(PyBytes_AS_STRING(L->spec), nargs, L->tokens, args, L->buf,
-                             (PyTypeObject*)L->array_type, &seen, L->flags & L_GRAD_OK);
-    if (r == -2) return NULL;
+    Py_ssize_t r = launcher_pack(L, args, &seen);
+    if (unlikely(r == -2)) return NULL;
     void* stream = L->stream;
-    if (r != 0 || ((L->flags & L_AUTO_STREAM) && !kjit_framework_stream(seen, L->device, &stream)))
+    if (unlikely(r != 0 || ((L->flags & L_AUTO_STREAM) && !kjit_framework_stream(seen, L->device, &stream))))
         return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
     /* the kernel an async error is blamed on; the list is kjit's and one item long, but a
      * list can be emptied from Python */
-    if (PyList_GET_SIZE(L->last) < 1) {
+    if (unlikely(PyList_GET_SIZE(L->last) < 1)) {
         if (PyList_Append(L->last, L->name) < 0) return NULL;
     } else if (PyList_GET_ITEM(L->last, 0) != L->name) {
         Py_INCREF(L->name);
@@ -372,7 +404,7 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     void* ctx = (void*)(uintptr_t)*L->ctx;
     PyThreadState* ts = kjit_gil_release();   /* _gil.c: only where another thread can run */
     err = elsewhere ? cu_ctx_push(ctx) : 0;
-    if (!err) {
+    if (likely(!err)) {
         err = cu_launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
                         L->dims[5], L->dims[6], stream, L->params, L->extra);
         if (elsewhere) {
@@ -381,23 +413,27 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
         }
     }
     if (ts) PyEval_RestoreThread(ts);
-    if (err) return PyObject_CallFunction(L->on_error, "iK", err, (unsigned long long)(uintptr_t)stream);
+    if (unlikely(err)) return PyObject_CallFunction(L->on_error, "iK", err, (unsigned long long)(uintptr_t)stream);
     Py_RETURN_NONE;
 }
 
 static int launcher_traverse(PyObject* op, visitproc visit, void* arg) {
     Launcher* L = (Launcher*)op;
-    Py_VISIT(L->fallback); Py_VISIT(L->on_error); Py_VISIT(L->spec); Py_VISIT(L->tokens);
-    Py_VISIT(L->array_type); Py_VISIT(L->last); Py_VISIT(L->name); Py_VISIT(L->device);
-    Py_VISIT(L->ctx_cell);
+    Py_VISIT(L->fallback); Py_VISIT(L->on_error); Py_VISIT(L->tokens); Py_VISIT(L->array_type);
+    Py_VISIT(L->last); Py_VISIT(L->name); Py_VISIT(L->device); Py_VISIT(L->ctx_cell);
+    for (Py_ssize_t i = 0; i < L->nargs; i++) Py_VISIT(L->slots[i].held);
     return 0;
 }
 
 static int launcher_clear(PyObject* op) {
     Launcher* L = (Launcher*)op;
-    Py_CLEAR(L->fallback); Py_CLEAR(L->on_error); Py_CLEAR(L->spec); Py_CLEAR(L->tokens);
+    Py_CLEAR(L->fallback); Py_CLEAR(L->on_error); Py_CLEAR(L->tokens);
     Py_CLEAR(L->array_type); Py_CLEAR(L->last); Py_CLEAR(L->name); Py_CLEAR(L->device);
     Py_CLEAR(L->ctx_cell);
+    for (Py_ssize_t i = 0; i < L->nargs; i++) {
+        L->slots[i].token = NULL;   /* was `tokens`' */
+        Py_CLEAR(L->slots[i].held);
+    }
     return 0;
 }
 
@@ -411,6 +447,7 @@ static PyTypeObject LauncherType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kjit.runtime._launch.Launcher",
     .tp_basicsize = sizeof(Launcher),
+    .tp_itemsize = 1,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_vectorcall_offset = offsetof(Launcher, vectorcall),
     .tp_call = PyVectorcall_Call,
@@ -420,44 +457,65 @@ static PyTypeObject LauncherType = {
     .tp_doc = "A kernel's launch configuration: call it with the kernel's arguments.",
 };
 
-/* launcher(fallback, on_error, spec, tokens, array_type, last, name, buffer, func, stream,
- *          params, gx, gy, gz, bx, by, bz, shared_mem, owner, context_cell, flags, device,
- *          block_size)
+static size_t kind_size(int kind) {
+    switch (kind) {
+    case K_I8: case K_U8: return 1;
+    case K_I16: case K_U16: return 2;
+    case K_I32: case K_U32: case K_F32: return 4;
+    default: return 8;
+    }
+}
+
+/* launcher(fallback, on_error, spec, tokens, array_type, last, name, func, stream, gx, gy, gz,
+ *          bx, by, bz, shared_mem, owner, context_cell, flags, device, block_size)
  * -> Launcher; context_cell: an 8-byte buffer (ctypes.c_uint64) holding the kernel's context,
- * read on every launch. block_size > 0: the buffer is the kernel's parameter block as the
- * driver lays it out (cuFuncGetParamInfo), handed over whole (CU_LAUNCH_PARAM_BUFFER_POINTER),
- * which the driver copies in one piece instead of a piece per parameter; 0: `params`. */
+ * read on every launch. block_size > 0: the spec's offsets are the kernel's parameter block as
+ * the driver lays it out (cuFuncGetParamInfo), handed over whole
+ * (CU_LAUNCH_PARAM_BUFFER_POINTER), which the driver copies in one piece instead of a piece per
+ * parameter; 0: a kernelParams array, a pointer per parameter. */
 enum { PARAM_END = 0, PARAM_BUFFER_POINTER = 1, PARAM_BUFFER_SIZE = 2 };   /* cuda.h's */
 static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
-    if (nargs != 23 || !PyBytes_Check(a[2]) || !PyTuple_Check(a[3]) || !PyType_Check(a[4]) ||
-            !PyList_Check(a[5]) || PyList_GET_SIZE(a[5]) < 1 || !PyLong_Check(a[21])) {
+    if (nargs != 21 || !PyBytes_Check(a[2]) || !PyTuple_Check(a[3]) || !PyType_Check(a[4]) ||
+            !PyList_Check(a[5]) || PyList_GET_SIZE(a[5]) < 1 || !PyLong_Check(a[19])) {
         PyErr_SetString(PyExc_TypeError, "launcher(fallback, on_error, spec, tokens, array_type, last, "
-                        "name, buffer, func, stream, params, gx, gy, gz, bx, by, bz, shared_mem, owner, "
-                        "context, flags, device, block_size)");
+                        "name, func, stream, gx, gy, gz, bx, by, bz, shared_mem, owner, context, flags, "
+                        "device, block_size)");
         return NULL;
     }
-    if (PyTuple_GET_SIZE(a[3]) < PyBytes_GET_SIZE(a[2]) / 8) {
+    Py_ssize_t n = PyBytes_GET_SIZE(a[2]) / 8;
+    if (PyTuple_GET_SIZE(a[3]) < n) {
         PyErr_SetString(PyExc_ValueError, "launcher: a token per parameter");
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < PyBytes_GET_SIZE(a[2]) / 8; i++) {
-        int32_t kind;
+    size_t block_size = PyLong_AsSize_t(a[20]);
+    if (block_size == (size_t)-1 && PyErr_Occurred()) return NULL;
+    size_t end = 0;   /* of the last parameter's bytes */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t kind, offset;
         memcpy(&kind, PyBytes_AS_STRING(a[2]) + 8 * i, 4);
+        memcpy(&offset, PyBytes_AS_STRING(a[2]) + 8 * i + 4, 4);
         if (kind == K_PYTHON) {   /* it would launch with that slot unwritten */
             PyErr_SetString(PyExc_ValueError, "launcher: every parameter must be one the C packer writes");
             return NULL;
         }
+        if (offset < 0 || offset % kind_size(kind) || offset > 4096) {
+            PyErr_SetString(PyExc_ValueError, "launcher: a parameter's offset is out of place");
+            return NULL;
+        }
+        if (offset + kind_size(kind) > end) end = offset + kind_size(kind);
     }
-    unsigned long long v[14];
-    size_t block_size = PyLong_AsSize_t(a[22]);
-    if (block_size == (size_t)-1 && PyErr_Occurred()) return NULL;
-    for (int i = 0; i < 14; i++) {
-        if (i == 12) continue;   /* the context cell */
+    if (block_size && block_size < end) {
+        PyErr_SetString(PyExc_ValueError, "launcher: the block is smaller than its parameters");
+        return NULL;
+    }
+    unsigned long long v[12];
+    for (int i = 0; i < 12; i++) {
+        if (i == 10) continue;   /* the context cell */
         v[i] = kjit_as_u64(a[7 + i]);
         if (v[i] == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     }
     Py_buffer cell;
-    if (PyObject_GetBuffer(a[19], &cell, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(a[17], &cell, PyBUF_SIMPLE) < 0) return NULL;
     const uint64_t* ctx = (const uint64_t*)cell.buf;
     Py_ssize_t cell_len = cell.len;
     PyBuffer_Release(&cell);   /* a ctypes object's memory stays put while it lives */
@@ -465,29 +523,51 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "launcher: the context cell is 8 bytes (ctypes.c_uint64)");
         return NULL;
     }
-    Launcher* L = PyObject_GC_New(Launcher, &LauncherType);
+    /* after the fields: the slots, then the buffer (16-aligned; zeroed, as the driver is handed
+     * padding too), then kernelParams */
+    size_t buf_size = block_size ? block_size : end;
+    size_t slots_at = (sizeof(Launcher) + 15) & ~(size_t)15;
+    size_t buf_at = (slots_at + n * sizeof(Slot) + 15) & ~(size_t)15;
+    size_t params_at = (buf_at + buf_size + 15) & ~(size_t)15;
+    size_t total = params_at + (block_size ? 0 : n * sizeof(void*));
+    Launcher* L = PyObject_GC_NewVar(Launcher, &LauncherType, total - sizeof(Launcher) + 16);
     if (!L) return NULL;
+    char* base = (char*)L;
+    size_t skew = (16 - ((uintptr_t)base & 15)) & 15;   /* objects are 16-aligned where CPython allocates */
+    L->slots = (Slot*)(base + slots_at + skew);
+    L->buf = base + buf_at + skew;
+    memset(L->buf, 0, buf_size);
     L->vectorcall = launcher_call;
-    L->fallback = Py_NewRef(a[0]); L->on_error = Py_NewRef(a[1]); L->spec = Py_NewRef(a[2]);
-    L->tokens = Py_NewRef(a[3]); L->array_type = Py_NewRef(a[4]); L->last = Py_NewRef(a[5]);
-    L->name = Py_NewRef(a[6]);
-    L->buf = (char*)(uintptr_t)v[0];
-    L->func = (void*)(uintptr_t)v[1];
-    L->stream = (void*)(uintptr_t)v[2];
+    L->nargs = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(&L->slots[i].kind, PyBytes_AS_STRING(a[2]) + 8 * i, 4);
+        memcpy(&L->slots[i].offset, PyBytes_AS_STRING(a[2]) + 8 * i + 4, 4);
+        L->slots[i].token = PyTuple_GET_ITEM(a[3], i);
+        L->slots[i].held = NULL;
+    }
+    L->fallback = Py_NewRef(a[0]); L->on_error = Py_NewRef(a[1]);
+    L->tokens = Py_NewRef(a[3]); L->array_type = (PyTypeObject*)Py_NewRef(a[4]);
+    L->last = Py_NewRef(a[5]); L->name = Py_NewRef(a[6]);
+    L->func = (void*)(uintptr_t)v[0];
+    L->stream = (void*)(uintptr_t)v[1];
+    for (int i = 0; i < 7; i++) L->dims[i] = (unsigned)v[2 + i];
+    L->owner = (unsigned long)v[9];
+    L->ctx = ctx;
+    L->ctx_cell = Py_NewRef(a[17]);
+    L->flags = (int)v[11];
+    L->device = Py_NewRef(a[19]);
     L->block_size = block_size;
     L->block[0] = (void*)(uintptr_t)PARAM_BUFFER_POINTER;
     L->block[1] = L->buf;
     L->block[2] = (void*)(uintptr_t)PARAM_BUFFER_SIZE;
     L->block[3] = &L->block_size;
     L->block[4] = (void*)(uintptr_t)PARAM_END;
-    L->params = block_size ? NULL : (void**)(uintptr_t)v[3];
     L->extra = block_size ? L->block : NULL;
-    for (int i = 0; i < 7; i++) L->dims[i] = (unsigned)v[4 + i];
-    L->owner = (unsigned long)v[11];
-    L->ctx = ctx;
-    L->ctx_cell = Py_NewRef(a[19]);
-    L->flags = (int)v[13];
-    L->device = Py_NewRef(a[21]);
+    L->params = NULL;
+    if (!block_size) {
+        L->params = (void**)(base + params_at + skew);
+        for (Py_ssize_t i = 0; i < n; i++) L->params[i] = L->buf + L->slots[i].offset;
+    }
     PyObject_GC_Track((PyObject*)L);
     return (PyObject*)L;
 }

@@ -128,13 +128,11 @@ class Launchable(Protocol):
     @property
     def fill(self) -> Callable[[tuple, list], None]: ...   # packs into the kernel's buffer
     @property
-    def buffer_address(self) -> int: ...          # that buffer
-    @property
     def params_address(self) -> int: ...          # its void** array: cuLaunchKernel's kernelParams
     @property
     def block_size(self) -> int: ...              # the buffer's size where the driver laid it out, else 0
     @property
-    def owner_thread(self) -> int: ...            # the thread whose launches use that buffer
+    def owner_thread(self) -> int: ...            # the thread whose launches use the buffers
     @property
     def context_address(self) -> int: ...
     @property
@@ -217,9 +215,9 @@ class Kernel(_KernelBase):
         self.params = tuple(slots)
         self.packer = Packer(name, slots, device)
         self._buf, self._ptrs, self.params_address = self.packer.new_buffers()
-        self.buffer_address = ctypes.addressof(self._buf)
         # a layout the driver gave (cuFuncGetParamInfo) is its parameter block exactly: C
-        # launchers hand the buffer over whole, which the driver copies in one piece
+        # launchers (each with a buffer of its own) hand theirs over whole, which the driver
+        # copies in one piece
         self.block_size = self.packer.size if driver_layout and slots else 0
         self.owner_thread = threading.get_ident()
         self._configs: dict[Any, Callable] = {}
@@ -568,9 +566,8 @@ def build(kernel: Launchable, dims: tuple, shared: int, stream: Any, config: Any
     def failed(err: int, s: int) -> None:
         launch_failed(kernel, err, dims, shared, s, pending)
     return make(launch, failed, spec, tokens, DeviceArray, context_mod.last_launch, kernel.name,
-                kernel.buffer_address, int(kernel.handle), stream or 0, kernel.params_address,
-                *dims, shared, kernel.owner_thread, kernel.context_cell, flags, kernel.device,
-                kernel.block_size)
+                int(kernel.handle), stream or 0, *dims, shared, kernel.owner_thread,
+                kernel.context_cell, flags, kernel.device, kernel.block_size)
 
 
 def _python_launcher(kernel: Launchable, dims: tuple, shared: int, stream: Any, config: Any,
