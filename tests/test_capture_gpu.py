@@ -94,27 +94,61 @@ def test_dlpack_export_inside_a_torch_capture_does_not_synchronize(device):
         assert y.cpu().tolist() == [2.0 * i for i in range(N)]
 
 
-def test_a_kjit_array_collected_inside_a_torch_capture_does_not_end_it():
-    # PyTorch captures in global mode: a cuMemFree from this thread would invalidate its graph.
-    # The array's memory is released at kjit's next allocation after the capture.
+def _free_bytes() -> int:
+    return int(driver.call(driver.bindings().cuMemGetInfo)[0])
+
+
+@pytest.mark.parametrize("where", ["this thread", "another thread"])
+def test_kjit_objects_released_during_a_torch_capture_do_not_end_it(where):
+    # PyTorch captures in global mode: a cuMemFree, cuGraphExecDestroy or cuModuleUnload from
+    # any thread would invalidate its graph. kjit releases its arrays, graphs and modules in
+    # relaxed mode, whichever thread lets them go.
+    import gc
+    import threading
+    import weakref
     torch = pytest.importorskip("torch")
     x = torch.randn(N, device="cuda")
     y = torch.zeros(N, device="cuda")
-    doomed = kjit.zeros(1 << 20, "float32")
     saxpy[GRID, 256](1.0, x, y, N)   # loaded before the capture
+    doomed = {"array": kjit.zeros(64 << 20, "uint8")}
+    with kjit.graph() as g:
+        saxpy[GRID, 256](1.0, x, y, N)
+    g.launch()   # instantiated: its release destroys an executable graph
+    doomed["graph"], graph_gone = g, weakref.ref(g)
+    del g
+    other = kjit.load(kjit.compile('extern "C" __global__ void unused(int* p) { *p = 0; }'))
+    other.get_function("unused")[1, 1](kjit.zeros(1, "int32"))   # loaded in this context
+    doomed["module"] = other
+    del other
     torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        saxpy[GRID, 256](1.0, x, y, N)
-        del doomed
-        saxpy[GRID, 256](1.0, x, y, N)
+    before = _free_bytes()
+
+    def release():
+        doomed.pop("module").unload()
+        doomed.clear()
+        gc.collect()   # a Graph and its nodes are a cycle
+
+    gc.collect()   # earlier tests' garbage, so that the collection inside takes ours alone
+    gc.disable()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            saxpy[GRID, 256](1.0, x, y, N)
+            if where == "this thread":
+                release()
+            else:
+                worker = threading.Thread(target=release)
+                worker.start()
+                worker.join()
+            saxpy[GRID, 256](1.0, x, y, N)
+    finally:
+        gc.enable()
+    assert not doomed and graph_gone() is None
+    assert _free_bytes() >= before + (60 << 20)   # the array's memory was released
     y.zero_()
-    g.replay()
+    graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(y, 2 * x)
-    kjit.zeros(4, "float32")   # releases what waited for the capture
-    from kjit.runtime import capture
-    assert capture._waiting == []
 
 
 def test_kjit_launches_are_recorded_in_a_cupy_graph(device):

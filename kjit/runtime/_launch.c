@@ -23,15 +23,23 @@ typedef int (*pointer_attrs_fn)(unsigned, int*, void**, unsigned long long);
 typedef int (*ctx_push_fn)(void*);
 typedef int (*ctx_pop_fn)(void**);
 typedef int (*graph_launch_fn)(void*, void*);
-static launch_fn cu_launch = NULL;
+/* What every launch reads, in one cache line: libcuda's two calls, and a kjit array's slot
+ * offsets with the `ptr` int read last (held) and its value (array_address, below). */
+static struct {
+    launch_fn launch;
+    kjit_ctx_current_fn ctx_current;
+    PyTypeObject* slots_type;
+    Py_ssize_t key_offset, ptr_offset;
+    PyObject* last_ptr;
+    unsigned long long last_addr;
+} hot __attribute__((aligned(64))) = {NULL, NULL, NULL, -1, -1, NULL, 0};
 static graph_launch_fn cu_graph_launch = NULL;
 static ctx_push_fn cu_ctx_push = NULL;
 static ctx_pop_fn cu_ctx_pop = NULL;
-static kjit_ctx_current_fn cu_ctx_current = NULL;
 static pointer_attrs_fn cu_pointer_attrs = NULL;
 
 static PyObject* bind(PyObject* self, PyObject* noargs) {
-    if (cu_launch) Py_RETURN_NONE;
+    if (hot.launch) Py_RETURN_NONE;
     /* the driver cuda.bindings already loaded: RTLD_NOLOAD finds that same copy */
     void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (!h) h = dlopen("libcuda.so.1", RTLD_NOW);
@@ -52,16 +60,16 @@ static PyObject* bind(PyObject* self, PyObject* noargs) {
     cu_graph_launch = (graph_launch_fn)dlsym(h, "cuGraphLaunch");   /* optional: kjit graphs */
     cu_ctx_push = (ctx_push_fn)push_sym;
     cu_ctx_pop = (ctx_pop_fn)pop_sym;
-    cu_ctx_current = (kjit_ctx_current_fn)current_sym;
-    kjit_tables_bind(cu_ctx_current);
+    hot.ctx_current = (kjit_ctx_current_fn)current_sym;
+    kjit_tables_bind(hot.ctx_current);
     cu_pointer_attrs = (pointer_attrs_fn)attrs_sym;
     kjit_foreign_bind((int (*)(int*))dlsym(h, "cuDeviceGetCount"));
-    cu_launch = (launch_fn)launch_sym;   /* last: its being set means all three are */
+    hot.launch = (launch_fn)launch_sym;   /* last: its being set means all three are */
     Py_RETURN_NONE;
 }
 
 static int require_bound(void) {
-    if (cu_launch) return 1;
+    if (hot.launch) return 1;
     PyErr_SetString(PyExc_RuntimeError, "kjit._launch.bind() was not called");
     return 0;
 }
@@ -70,7 +78,7 @@ static int require_bound(void) {
 static PyObject* current_context(PyObject* self, PyObject* noargs) {
     if (!require_bound()) return NULL;
     void* ctx = NULL;
-    if (cu_ctx_current(&ctx) != 0) ctx = NULL;
+    if (hot.ctx_current(&ctx) != 0) ctx = NULL;
     return PyLong_FromVoidPtr(ctx);
 }
 
@@ -108,7 +116,7 @@ static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
         if (v[i] == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     }
     PyThreadState* ts = kjit_gil_release();
-    int r = cu_launch((void*)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3], (unsigned)v[4],
+    int r = hot.launch((void*)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3], (unsigned)v[4],
                       (unsigned)v[5], (unsigned)v[6], (unsigned)v[7], (void*)v[8], (void**)v[9], NULL);
     if (ts) PyEval_RestoreThread(ts);
     return PyLong_FromLong(r);
@@ -183,10 +191,6 @@ static int put_int(char* dst, int kind, PyObject* v) {
 /* A kjit array's slots, read in place: `launch_key` and `ptr` are __slots__ of DeviceArray
  * (memory.py), so their offsets are fixed for the type; each is looked up once, and any other
  * layout (a slot made a property, say) goes through getattr. */
-static PyTypeObject* slots_type = NULL;
-static Py_ssize_t key_offset = -1, ptr_offset = -1;
-static PyObject* last_ptr = NULL;   /* the `ptr` int read last (held), and its value */
-static unsigned long long last_addr = 0;
 
 static Py_ssize_t slot_offset(PyTypeObject* t, PyObject* name) {
     PyObject* d = PyObject_GetAttr((PyObject*)t, name);
@@ -202,23 +206,23 @@ static Py_ssize_t slot_offset(PyTypeObject* t, PyObject* name) {
  * (the Python path says why), -1 with an exception set. */
 static int array_address(PyObject* v, PyObject* token, PyObject* bits, unsigned long long* addr) {
     PyTypeObject* t = Py_TYPE(v);
-    if (t != slots_type) {
-        key_offset = slot_offset(t, s_launch_key);
-        ptr_offset = slot_offset(t, s_ptr);
-        slots_type = t;
+    if (t != hot.slots_type) {
+        hot.key_offset = slot_offset(t, s_launch_key);
+        hot.ptr_offset = slot_offset(t, s_ptr);
+        hot.slots_type = t;
     }
-    if (key_offset > 0 && ptr_offset > 0) {
-        PyObject* key = *(PyObject**)((char*)v + key_offset);
-        PyObject* p = *(PyObject**)((char*)v + ptr_offset);
+    if (hot.key_offset > 0 && hot.ptr_offset > 0) {
+        PyObject* key = *(PyObject**)((char*)v + hot.key_offset);
+        PyObject* p = *(PyObject**)((char*)v + hot.ptr_offset);
         if (!key || !p || (key != token && key != bits) || !PyLong_CheckExact(p)) return 0;
-        if (p == last_ptr) {   /* an int never changes: the same object is the same address */
-            *addr = last_addr;
+        if (p == hot.last_ptr) {   /* an int never changes: the same object is the same address */
+            *addr = hot.last_addr;
             return 1;
         }
         *addr = kjit_as_u64(p);
         if (*addr == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-        Py_XSETREF(last_ptr, Py_NewRef(p));
-        last_addr = *addr;
+        Py_XSETREF(hot.last_ptr, Py_NewRef(p));
+        hot.last_addr = *addr;
         return 1;
     }
     PyObject* key = PyObject_GetAttr(v, s_launch_key);
@@ -380,7 +384,7 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     void* current = NULL;
     if (unlikely(kwnames || (unsigned long)pthread_self() != L->owner || nargs != L->nargs ||
-                 !cu_launch || cu_ctx_current(&current) != 0))
+                 !hot.launch || hot.ctx_current(&current) != 0))
         return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
     /* another context current: only a launch its arrays tie to this device stays in C */
     int elsewhere = (uint64_t)(uintptr_t)current != *L->ctx;
@@ -405,7 +409,7 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     PyThreadState* ts = kjit_gil_release();   /* _gil.c: only where another thread can run */
     err = elsewhere ? cu_ctx_push(ctx) : 0;
     if (likely(!err)) {
-        err = cu_launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
+        err = hot.launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
                         L->dims[5], L->dims[6], stream, L->params, L->extra);
         if (elsewhere) {
             void* popped = NULL;

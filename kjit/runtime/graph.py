@@ -26,7 +26,7 @@ from .kernel import Kernel, kernel_for_handle
 from .dims import dim3
 from .libcuda import c_function, current_context_fn
 from .memory import _HostTransfer
-from .capture import run_waiting, thread_capture
+from .capture import relaxed_capture, thread_capture
 from .stream import Stream, as_handle, capture_hint
 
 
@@ -154,10 +154,8 @@ class Graph:
                 err, graph = drv.cuStreamEndCapture(handle)   # the stream leaves capture mode
                 if not err and int(graph):
                     drv.cuGraphDestroy(graph)
-                run_waiting()
                 raise
             err, graph = drv.cuStreamEndCapture(handle)
-            run_waiting()   # the frees that waited for the capture's end
             if err:
                 driver.raise_for(err, "cuStreamEndCapture",
                                  "the capture was ended by a call it could not record")
@@ -235,7 +233,8 @@ class Graph:
 
     def _drop_exec(self) -> None:
         if self._exec is not None:
-            with driver.context_pushed(self.context):
+            # relaxed: a graph collected while a capture runs must not end it
+            with driver.context_pushed(self.context), relaxed_capture():
                 driver.bindings().cuGraphExecDestroy(self._exec)
             self._exec = None
 

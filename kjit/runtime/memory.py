@@ -10,9 +10,13 @@ from typing import Any, Sequence
 from .. import driver
 from ..errors import ArgumentError
 from . import dtypes
+from .capture import check_not_capturing, relaxed_capture
 
 
 def _free(ptr: int, ctx: Any, epoch: int) -> None:
+    """An array's release: whenever its last reference goes, which may be while a graph
+    capture runs (this thread's, or PyTorch's global-mode one in any thread): relaxed, the
+    cuMemFree leaves the capture running."""
     if driver.context_epoch(ctx) != epoch:   # its context was destroyed: the memory went with it
         return
     drv = driver.bindings()
@@ -20,8 +24,11 @@ def _free(ptr: int, ctx: Any, epoch: int) -> None:
         (err,) = drv.cuCtxPushCurrent(ctx)
         if err:   # never pop the caller's own context
             return
-        drv.cuMemFree(ptr)
-        drv.cuCtxPopCurrent()
+        try:
+            with relaxed_capture():
+                drv.cuMemFree(ptr)
+        finally:
+            drv.cuCtxPopCurrent()
     except Exception:  # interpreter shutdown: the driver may already be gone
         pass
 
@@ -83,14 +90,11 @@ class DeviceArray:
         self.launch_key = None
         self._ctx = None   # where it was allocated; None: its device's primary context
         if ptr is None:
-            from .capture import check_not_capturing, run_waiting, when_not_capturing
             check_not_capturing("allocating a device array")
-            run_waiting()   # what was freed during a capture since ended, before allocating more
             ctx = self._ctx = driver.ensure_context()
             self.device = driver.current_device() if device is None else device
             self.ptr = int(driver.call(driver.bindings().cuMemAlloc, max(self.nbytes, 1)))
-            self._finalizer = weakref.finalize(self, when_not_capturing, _free, self.ptr, ctx,
-                                               driver.context_epoch(ctx))
+            self._finalizer = weakref.finalize(self, _free, self.ptr, ctx, driver.context_epoch(ctx))
         else:
             self.ptr = int(ptr)
             self.device = driver.current_device() if device is None else device
@@ -124,7 +128,6 @@ class DeviceArray:
 
     # --- copies -----------------------------------------------------------------------
     def copy_from_host(self, host: Any, stream: Any = None) -> "DeviceArray":
-        from .capture import check_not_capturing
         check_not_capturing("copy_from_host")
         np = dtypes.numpy()
         host = np.asarray(host)
@@ -142,7 +145,6 @@ class DeviceArray:
 
     def copy_to_host(self, out: Any = None, stream: Any = None) -> Any:
         """Into `out` (a C-contiguous numpy array of the same dtype and size) or a new one."""
-        from .capture import check_not_capturing
         check_not_capturing("copy_to_host")
         self._require_contiguous("copy_to_host")
         if out is None:
@@ -159,7 +161,6 @@ class DeviceArray:
         return self.copy_to_host()
 
     def fill_zero(self) -> "DeviceArray":
-        from .capture import check_not_capturing
         check_not_capturing("fill_zero")
         if self.nbytes:
             with self._home():

@@ -14,7 +14,7 @@ from ..objectcode import ObjectCode, from_foreign_code, from_text_or_path, is_fo
 from . import dtypes
 from .kernel import Kernel
 from .mangled import find_kernel
-from .stream import relaxed_capture
+from .capture import relaxed_capture
 from .signature import resolve_slots
 
 
@@ -249,7 +249,8 @@ class Module:
                 if err:
                     continue
                 try:
-                    drv.cuModuleUnload(h)
+                    with relaxed_capture():   # a capture running meanwhile goes on
+                        drv.cuModuleUnload(h)
                 finally:
                     drv.cuCtxPopCurrent()
         self._handles.clear()

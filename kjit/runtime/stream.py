@@ -287,25 +287,6 @@ def framework_stream(args: tuple, device: int, kernel: str) -> int:
     return torch_s if torch_s is not None else cupy_s if cupy_s is not None else 0
 
 
-class relaxed_capture:
-    """Within this block the thread may make calls that a CUDA graph capture in the global
-    mode (PyTorch's default) refuses and would be invalidated by, such as loading a module
-    the first time a kernel runs in a context; they run at once and are not recorded."""
-
-    __slots__ = ("previous",)
-
-    def __enter__(self) -> "relaxed_capture":
-        drv = driver.bindings()
-        err, prev = drv.cuThreadExchangeStreamCaptureMode(
-            drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
-        self.previous = None if err else prev
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.previous is not None:
-            driver.bindings().cuThreadExchangeStreamCaptureMode(self.previous)
-
-
 def capture_hint(err: Any, stream: Any) -> str | None:
     """What to do about a launch the driver refused because of a graph capture."""
     name = getattr(err, "name", "") or ""
