@@ -17,6 +17,14 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Timestamps at the steps of a C launch, for benchmarks/launch_marks.py, which builds this file
+ * with KJIT_LAUNCH_MARKS defined (benchmarks/c/launch_marks.h); nothing otherwise. */
+#ifdef KJIT_LAUNCH_MARKS
+#include "launch_marks.h"
+#else
+#define KJIT_MARK(step) ((void)0)
+#endif
+
 typedef int (*launch_fn)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                          unsigned, void*, void**, void**);
 typedef int (*pointer_attrs_fn)(unsigned, int*, void**, unsigned long long);
@@ -380,6 +388,7 @@ static inline Py_ssize_t launcher_pack(Launcher* L, PyObject* const* args, int* 
 }
 
 static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    KJIT_MARK(0);
     Launcher* L = (Launcher*)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     void* current = NULL;
@@ -390,9 +399,11 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     int elsewhere = (uint64_t)(uintptr_t)current != *L->ctx;
     if (unlikely(elsewhere && (!(L->flags & L_HAS_ARRAYS) || *L->ctx == NO_CONTEXT)))
         return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
+    KJIT_MARK(1);
     int seen = 0;
     Py_ssize_t r = launcher_pack(L, args, &seen);
     if (unlikely(r == -2)) return NULL;
+    KJIT_MARK(2);
     void* stream = L->stream;
     if (unlikely(r != 0 || ((L->flags & L_AUTO_STREAM) && !kjit_framework_stream(seen, L->device, &stream))))
         return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
@@ -409,8 +420,10 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     PyThreadState* ts = kjit_gil_release();   /* _gil.c: only where another thread can run */
     err = elsewhere ? cu_ctx_push(ctx) : 0;
     if (likely(!err)) {
+        KJIT_MARK(3);
         err = hot.launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
                         L->dims[5], L->dims[6], stream, L->params, L->extra);
+        KJIT_MARK(4);
         if (elsewhere) {
             void* popped = NULL;
             cu_ctx_pop(&popped);
@@ -418,6 +431,7 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     }
     if (ts) PyEval_RestoreThread(ts);
     if (unlikely(err)) return PyObject_CallFunction(L->on_error, "iK", err, (unsigned long long)(uintptr_t)stream);
+    KJIT_MARK(5);
     Py_RETURN_NONE;
 }
 
@@ -593,6 +607,9 @@ static PyMethodDef methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "cuLaunchKernel(...) -> int"},
     {"graph_launch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, "cuGraphLaunch(exec, stream) -> int"},
     {"launcher", (PyCFunction)(void (*)(void))make_launcher, METH_FASTCALL, "A Launcher for one configuration."},
+#ifdef KJIT_LAUNCH_MARKS
+    KJIT_MARKS_METHODS
+#endif
     {NULL, NULL, 0, NULL},
 };
 
