@@ -4,7 +4,7 @@
 Timing the launch's pieces on their own (benchmarks/launch_profile.py) says what they cost with
 warm caches; between two launches, though, the driver's work (microseconds) leaves kjit's code,
 data and branch history cold, and the pieces cost more. So this builds kjit's C launcher with
-timestamps at its steps (KJIT_LAUNCH_MARKS, benchmarks/c/launch_marks.h: the TSC on x86-64),
+timestamps at its steps (KJIT_MARK, benchmarks/c/launch_marks.h: the TSC on x86-64),
 loads it in place of the installed one, and runs the launch benchmark's kjit rows paired with
 C's loop as benchmarks/launch.py does. Per launch, in ns: Python's part (the loop, the call
 into the launcher, its return), the launcher's checks (thread, argument count, the current
@@ -41,7 +41,7 @@ def build_marked(workdir: Path):
     cc = (sysconfig.get_config_var("CC") or "cc").split()
     flags = (sysconfig.get_config_var("CFLAGS") or "").split() + (sysconfig.get_config_var("CCSHARED") or "").split()
     sources = [str(runtime / f) for f in ("_launch.c", "_foreign.c", "_tables.c", "_gil.c")]
-    subprocess.run([*cc, *flags, "-shared", "-DKJIT_LAUNCH_MARKS", f"-I{HERE / 'c'}", f"-I{runtime}",
+    subprocess.run([*cc, *flags, "-shared", "-include", str(HERE / "c" / "launch_marks.h"), f"-I{runtime}",
                     f"-I{sysconfig.get_paths()['include']}", "-o", str(so), *sources, "-ldl"],
                    check=True, capture_output=True)
     spec = importlib.util.spec_from_file_location("kjit.runtime._launch", so)

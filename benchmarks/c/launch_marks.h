@@ -1,11 +1,15 @@
 /* Timestamps at the steps of a C launch (kjit/runtime/_launch.c's KJIT_MARK), for
- * benchmarks/launch_marks.py, which builds the extension with this header. A launch that reaches
+ * benchmarks/launch_marks.py, which builds the extension with this header forced in first
+ * (-include). A launch that reaches
  * its last step adds its time between steps to the sums; the time from one launch's return to
  * the next one's entry (Python's loop and call) is `gap`. The Python side reads them with
  * `_launch.marks()`, which also empties them. Ticks: the TSC on x86-64, else nanoseconds. */
 #ifndef KJIT_LAUNCH_MARKS_H
 #define KJIT_LAUNCH_MARKS_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 #include <stdint.h>
+#include <string.h>
 #if defined(__x86_64__)
 #include <x86intrin.h>
 static inline uint64_t kjit_ticks(void) { return __rdtsc(); }

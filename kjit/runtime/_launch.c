@@ -18,10 +18,8 @@
 #include <string.h>
 
 /* Timestamps at the steps of a C launch, for benchmarks/launch_marks.py, which builds this file
- * with KJIT_LAUNCH_MARKS defined (benchmarks/c/launch_marks.h); nothing otherwise. */
-#ifdef KJIT_LAUNCH_MARKS
-#include "launch_marks.h"
-#else
+ * with its header forced in first (benchmarks/c/launch_marks.h); nothing otherwise. */
+#ifndef KJIT_MARK
 #define KJIT_MARK(step) ((void)0)
 #endif
 
@@ -607,7 +605,7 @@ static PyMethodDef methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "cuLaunchKernel(...) -> int"},
     {"graph_launch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, "cuGraphLaunch(exec, stream) -> int"},
     {"launcher", (PyCFunction)(void (*)(void))make_launcher, METH_FASTCALL, "A Launcher for one configuration."},
-#ifdef KJIT_LAUNCH_MARKS
+#ifdef KJIT_MARKS_METHODS
     KJIT_MARKS_METHODS
 #endif
     {NULL, NULL, 0, NULL},
