@@ -101,3 +101,38 @@ def test_a_learned_tensor_launch_never_enters_the_python_launcher(monkeypatch):
         with pytest.raises(ArgumentError, match=r"'x'.*" + pattern):
             launch(1.0, bad, y, 256)
     assert len(entered) == 4
+
+
+PUT = r'''extern "C" __global__ void put(int a, const float* t, int* out) { out[0] = a; }'''
+
+
+def test_a_launch_made_by_python_code_that_reading_an_argument_runs_keeps_both_right():
+    # Reading a tensor subclass's dtype or requires_grad runs its __torch_function__: Python
+    # code, which may launch the very launcher that is reading it. That inner launch must not
+    # write the parameter buffer the outer one is filling (nor leave it believing its bytes
+    # are in place), and the outer one launches with its own arguments.
+    torch = pytest.importorskip("torch")
+    k = kjit.load(kjit.compile(PUT)).get_function("put")
+    launch = k[1, 1]
+    out, inner_out = kjit.zeros(1, "int32"), kjit.zeros(1, "int32")
+    plain = torch.zeros(4, device="cuda")
+    armed = []
+
+    class Hooked(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if armed:
+                armed.pop()
+                launch(7, plain, inner_out)
+            return super().__torch_function__(func, types, args, kwargs or {})
+    Hooked.__module__ = "torch.hooked"   # a type of PyTorch's own: the C packer reads it
+    t = torch.zeros(4, device="cuda").as_subclass(Hooked)
+    a = 5
+    launch(a, plain, out)   # learns torch.Tensor
+    launch(a, t, out)       # learns the subclass; from here on both are read in C
+    launch(a, t, out)
+    armed.append(1)
+    launch(a, t, out)       # `a` is the object written last: the outer launch keeps its bytes
+    torch.cuda.synchronize()
+    assert not armed        # the hook ran, inside the launch
+    assert (int(out.get()[0]), int(inner_out.get()[0])) == (5, 7)

@@ -342,6 +342,8 @@ typedef struct {
                              * written while another thread may run (the GIL released) */
     const uint64_t* ctx;    /* the kernel's context: launched here only while it is current */
     int flags;              /* L_AUTO_STREAM, L_GRAD_OK, L_HAS_ARRAYS */
+    int packing;            /* while its arguments are read: Python code they run (a getter, a
+                             * stream getter) may call this launcher again */
     unsigned dims[7];       /* grid xyz, block xyz, dynamic shared memory */
     void* func;
     void* stream;
@@ -397,14 +399,20 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     int elsewhere = (uint64_t)(uintptr_t)current != *L->ctx;
     if (unlikely(elsewhere && (!(L->flags & L_HAS_ARRAYS) || *L->ctx == NO_CONTEXT)))
         return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
+    /* called again from Python code its own packing ran: that launch goes through the Python
+     * path, which packs into the kernel's buffer, not into the one this launch is filling */
+    if (unlikely(L->packing))
+        return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
     KJIT_MARK(1);
     int seen = 0;
+    L->packing = 1;
     Py_ssize_t r = launcher_pack(L, args, &seen);
-    if (unlikely(r == -2)) return NULL;
     KJIT_MARK(2);
     void* stream = L->stream;
-    if (unlikely(r != 0 || ((L->flags & L_AUTO_STREAM) && !kjit_framework_stream(seen, L->device, &stream))))
-        return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
+    int declined = r != 0 || ((L->flags & L_AUTO_STREAM) && !kjit_framework_stream(seen, L->device, &stream));
+    L->packing = 0;
+    if (unlikely(r == -2)) return NULL;
+    if (unlikely(declined)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
     /* the kernel an async error is blamed on; the list is kjit's and one item long, but a
      * list can be emptied from Python */
     if (unlikely(PyList_GET_SIZE(L->last) < 1)) {
@@ -571,6 +579,7 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
     L->ctx = ctx;
     L->ctx_cell = Py_NewRef(a[17]);
     L->flags = (int)v[11];
+    L->packing = 0;
     L->device = Py_NewRef(a[19]);
     L->block_size = block_size;
     L->block[0] = (void*)(uintptr_t)PARAM_BUFFER_POINTER;
