@@ -120,10 +120,13 @@ def test_what_a_capture_cannot_record_is_refused_and_the_capture_survives():
     xh = floats()
     x, y = kjit.to_device(xh), kjit.zeros(N, "float32")
     saxpy[GRID, BLOCK](0.0, x, y, N)
+    module = kjit.load(kjit.compile('extern "C" __global__ void unused(int* p) { *p = 0; }'))
+    module.get_function("unused")
     kjit.synchronize()
     with kjit.graph() as g:
         saxpy[GRID, BLOCK](1.0, x, y, N)
         for what, call in [("allocating", lambda: kjit.zeros(4, "float32")),
+                           ("unloading a module", module.unload),
                            ("allocating", lambda: kjit.to_device(xh)),
                            ("kjit.synchronize", kjit.synchronize),
                            ("Stream.synchronize", lambda: g.stream.synchronize()),

@@ -207,6 +207,13 @@ def test_a_launcher_refuses_a_spec_its_own_buffer_cannot_hold():
         launcher(struct.pack("<iiii", 5, 0, 5, 6), 0)   # an int32 at offset 6
     with pytest.raises(ValueError, match="out of place"):
         launcher(struct.pack("<iiii", 5, 0, 5, -4), 0)
+    # kernels may take up to 32764 bytes of parameters (CUDA 12.1, Volta and newer)
+    far = struct.pack("<iiii", 5, 0, 5, 32760)
+    assert type(launcher(far, 32764)).__name__ == type(launcher(far, 0)).__name__ == "Launcher"
+    with pytest.raises(ValueError, match="out of place"):
+        launcher(struct.pack("<iiii", 5, 0, 5, 32764), 0)
+    with pytest.raises(ValueError, match="at most 32764"):
+        launcher(ints, 2**62)
 
 # --- k[config] and f[config] in C (KernelBase / KernelFunctionBase) ------------------------
 def _base(name):

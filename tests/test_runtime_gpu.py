@@ -199,7 +199,7 @@ def test_each_launch_gets_its_own_scalars_whatever_ran_between():
     expect = []
     for row, run, args in ((0, L, (a, b, c)), (1, L, (a, b, c)), (2, other, (7, -1.0, 3.0)),
                            (3, L, (a, b, c)), (4, L, (np.int32(99), b, c)), (5, L, (a, b, c)),
-                           (6, L, (int("12345670") + 8, float("0.25") * 6, c)), (7, other, (a, b, c))):
+                           (6, L, (int("12345670") + 1, float("0.25") * 5, c)), (7, other, (a, b, c))):
         run(out, row, *args)
         expect.append(args)
     with pytest.raises(ArgumentError, match="'b'"):

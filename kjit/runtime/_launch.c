@@ -338,8 +338,8 @@ typedef struct {
     vectorcallfunc vectorcall;
     /* what every launch reads, together */
     Py_ssize_t nargs;
-    unsigned long owner;    /* the thread launching in C (the kernel's first): the buffer is
-                             * written while another thread may run (the GIL released) */
+    unsigned long owner;    /* the thread launching in C (the kernel's first): another one could
+                             * rewrite the buffer while the driver reads it, the GIL released */
     const uint64_t* ctx;    /* the kernel's context: launched here only while it is current */
     int flags;              /* L_AUTO_STREAM, L_GRAD_OK, L_HAS_ARRAYS */
     int packing;            /* while its arguments are read: Python code they run (a getter, a
@@ -498,6 +498,7 @@ static size_t kind_size(int kind) {
  * (CU_LAUNCH_PARAM_BUFFER_POINTER), which the driver copies in one piece instead of a piece per
  * parameter; 0: a kernelParams array, a pointer per parameter. */
 enum { PARAM_END = 0, PARAM_BUFFER_POINTER = 1, PARAM_BUFFER_SIZE = 2 };   /* cuda.h's */
+#define MAX_PARAM_BYTES 32764   /* a kernel's parameters, at most (CUDA 12.1 on Volta and newer) */
 static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
     if (nargs != 21 || !PyBytes_Check(a[2]) || !PyTuple_Check(a[3]) || !PyType_Check(a[4]) ||
             !PyList_Check(a[5]) || PyList_GET_SIZE(a[5]) < 1 || !PyLong_Check(a[19])) {
@@ -513,6 +514,11 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
     }
     size_t block_size = PyLong_AsSize_t(a[20]);
     if (block_size == (size_t)-1 && PyErr_Occurred()) return NULL;
+    if (block_size > MAX_PARAM_BYTES) {
+        PyErr_Format(PyExc_ValueError, "launcher: a parameter block of %zu bytes (at most %d)",
+                     block_size, MAX_PARAM_BYTES);
+        return NULL;
+    }
     size_t end = 0;   /* of the last parameter's bytes */
     for (Py_ssize_t i = 0; i < n; i++) {
         int32_t kind, offset;
@@ -522,7 +528,7 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
             PyErr_SetString(PyExc_ValueError, "launcher: every parameter must be one the C packer writes");
             return NULL;
         }
-        if (offset < 0 || offset % kind_size(kind) || offset > 4096) {
+        if (offset < 0 || offset % kind_size(kind) || offset + kind_size(kind) > MAX_PARAM_BYTES) {
             PyErr_SetString(PyExc_ValueError, "launcher: a parameter's offset is out of place");
             return NULL;
         }

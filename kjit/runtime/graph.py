@@ -241,7 +241,8 @@ class Graph:
     def close(self) -> None:
         if self.handle is not None and driver.context_epoch(self.context) == self._epoch:
             self._drop_exec()
-            driver.bindings().cuGraphDestroy(self.handle)
+            with relaxed_capture():
+                driver.bindings().cuGraphDestroy(self.handle)
         self.handle = None
 
     def __del__(self) -> None:

@@ -14,7 +14,7 @@ from ..objectcode import ObjectCode, from_foreign_code, from_text_or_path, is_fo
 from . import dtypes
 from .kernel import Kernel
 from .mangled import find_kernel
-from .capture import relaxed_capture
+from .capture import check_not_capturing, relaxed_capture
 from .signature import resolve_slots
 
 
@@ -241,6 +241,7 @@ class Module:
         """Unload from every context it was loaded into; its kernels must not be used after."""
         if self._closed:
             return
+        check_not_capturing("unloading a module")   # the graph may hold its kernels
         self._closed = True
         drv = driver.bindings()
         for (ctx, epoch), h in self._handles.items():
