@@ -80,7 +80,7 @@ def test_a_learned_tensor_launch_never_enters_the_python_launcher(monkeypatch):
     k = kjit.load(kjit.compile(AXPY)).get_function("axpy")
     x, y = torch.ones(256, device="cuda"), torch.zeros(256, device="cuda")
     launch = k[2, 128]
-    assert type(launch).__name__ == "Launcher"
+    assert type(getattr(launch, "__self__", None)).__name__ == "Launcher"
     p = torch.nn.Parameter(torch.ones(256, device="cuda"), requires_grad=False)
     launch(1.0, x, y, 256)   # the Python path learns torch.Tensor / float32
     launch(1.0, p, y, 256)   # and torch.nn.Parameter

@@ -175,7 +175,7 @@ def test_scalars_of_every_size_arrive_through_the_parameter_block():
     for grid, vals in ((1, (-5, 2.5, -300, 2**40, 1.25, 200, -2**33, 60000, -7, -3)),
                        (2, (7, -0.5, 12, 3, -8.0, 1, 5, 2, 2**30, 100))):   # the block rewritten
         run = k[grid, 1]
-        assert type(run).__name__ == "Launcher"
+        assert type(getattr(run, "__self__", None)).__name__ == "Launcher"
         run(*vals[:7], out, *vals[7:])
         np.testing.assert_array_equal(out.get(), np.array(vals, np.float32))
 
@@ -195,7 +195,7 @@ def test_each_launch_gets_its_own_scalars_whatever_ran_between():
     out = kjit.zeros(3 * 9, np.float32)
     a, b, c = 12345678, 1.5, 2.25
     L, other = k[1, 1], k[2, 1]
-    assert type(L).__name__ == type(other).__name__ == "Launcher"
+    assert {type(getattr(run, "__self__", None)).__name__ for run in (L, other)} == {"Launcher"}
     expect = []
     for row, run, args in ((0, L, (a, b, c)), (1, L, (a, b, c)), (2, other, (7, -1.0, 3.0)),
                            (3, L, (a, b, c)), (4, L, (np.int32(99), b, c)), (5, L, (a, b, c)),
@@ -360,6 +360,50 @@ def test_a_kernel_kept_after_its_context_is_closed_runs_in_the_context_current_n
             assert k._in_current_context() is not k   # the module was loaded again here
     finally:
         again.close()
+
+
+def test_a_launcher_runs_in_its_kernels_context_whatever_context_is_current():
+    # A C launcher launches first and asks which context is current only where the driver
+    # refuses (its kernel's function on another context's legacy stream: nothing runs, no
+    # error stays). With another context current, or none, a launch whose arrays live in the
+    # kernel's context must run there, and leave the thread's current context as it was.
+    from kjit import driver
+    from kjit.runtime.libcuda import current_context
+    src = r'''extern "C" __global__ void put(int* out, int v) { out[threadIdx.x] = v; }'''
+    k = kjit.load(kjit.compile(src)).get_function("put")
+    out, stream = kjit.zeros(4, np.int32), kjit.Stream()
+    legacy, on_stream = k[1, 4], k[1, 4, stream]
+    assert {type(getattr(run, "__self__", None)).__name__ for run in (legacy, on_stream)} == {"Launcher"}
+
+    def ran(v):
+        with kjit.Device(0):   # the kernel's context: its legacy stream drained
+            kjit.synchronize()
+            np.testing.assert_array_equal(out.get(), [v] * 4)
+
+    legacy(out, 1)
+    ran(1)
+    other = kjit.Context(0)
+    try:
+        with other:
+            for v, launch in ((2, legacy), (3, on_stream), (4, legacy)):
+                launch(out, v)
+                assert current_context() == int(other.handle)
+                ran(v)
+    finally:
+        other.close()
+    drv = driver.bindings()
+    saved = driver.call(drv.cuCtxGetCurrent)
+    driver.call(drv.cuCtxSetCurrent, 0)   # none current
+    try:
+        for v in (5, 6):
+            legacy(out, v)
+            assert current_context() == 0
+            ran(v)
+            driver.call(drv.cuCtxSetCurrent, 0)
+    finally:
+        driver.call(drv.cuCtxSetCurrent, saved)
+    legacy(out, 7)
+    ran(7)
 
 
 def test_streams_events_and_in_out():

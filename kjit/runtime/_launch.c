@@ -2,8 +2,9 @@
  * wrapper converts each argument through helper objects, as costly as the rest of a launch).
  * Optional: kjit falls back to cuda.bindings when it is not built. Results return as ints,
  * checked by the caller. Queries ride along (kjit/runtime/libcuda.py): the current context,
- * asked before every launch, and the device owning a foreign pointer, which cuda.bindings
- * 13.3-13.5 answer wrongly for every device but 0; and a kjit graph's replay. The other files
+ * which kjit's Python path asks before each launch, and the device owning a foreign pointer,
+ * which cuda.bindings 13.3-13.5 answer wrongly for every device but 0; and a kjit graph's
+ * replay. The other files
  * sit below this one: _foreign.c reads framework arrays, _tables.c serves k[config]. */
 #include "_foreign.h"
 #include "_gil.h"
@@ -387,21 +388,20 @@ static inline Py_ssize_t launcher_pack(Launcher* L, PyObject* const* args, int* 
     return 0;
 }
 
+/* The launch itself. The kernel's context need not be asked for first: the driver refuses a
+ * function of another context (CUDA_ERROR_INVALID_HANDLE, or INVALID_CONTEXT with none
+ * current) on any stream not of the function's context, before anything runs, without a sticky
+ * error or harm to a capture in progress; on a stream of the function's context it launches
+ * there, whatever is current, which is where the launch belongs. So the context is asked only
+ * after a refusal. */
 static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
     KJIT_MARK(0);
     Launcher* L = (Launcher*)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    void* current = NULL;
-    if (unlikely(kwnames || (unsigned long)pthread_self() != L->owner || nargs != L->nargs ||
-                 !hot.launch || hot.ctx_current(&current) != 0))
-        return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
-    /* another context current: only a launch its arrays tie to this device stays in C */
-    int elsewhere = (uint64_t)(uintptr_t)current != *L->ctx;
-    if (unlikely(elsewhere && (!(L->flags & L_HAS_ARRAYS) || *L->ctx == NO_CONTEXT)))
-        return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
     /* called again from Python code its own packing ran: that launch goes through the Python
      * path, which packs into the kernel's buffer, not into the one this launch is filling */
-    if (unlikely(L->packing))
+    if (unlikely(kwnames || (unsigned long)pthread_self() != L->owner || nargs != L->nargs ||
+                 !hot.launch || L->packing || *L->ctx == NO_CONTEXT))
         return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
     KJIT_MARK(1);
     int seen = 0;
@@ -421,25 +421,46 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
         Py_INCREF(L->name);
         if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
     }
-    int err;
-    void* ctx = (void*)(uintptr_t)*L->ctx;
     PyThreadState* ts = kjit_gil_release();   /* _gil.c: only where another thread can run */
-    err = elsewhere ? cu_ctx_push(ctx) : 0;
-    if (likely(!err)) {
-        KJIT_MARK(3);
-        err = hot.launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
-                        L->dims[5], L->dims[6], stream, L->params, L->extra);
-        KJIT_MARK(4);
-        if (elsewhere) {
-            void* popped = NULL;
-            cu_ctx_pop(&popped);
+    KJIT_MARK(3);
+    int err = hot.launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
+                         L->dims[5], L->dims[6], stream, L->params, L->extra);
+    KJIT_MARK(4);
+    int elsewhere = 0;
+    if (unlikely(err)) {
+        /* another context current (or none): a launch whose arrays all matched their tokens,
+         * so all live on this kernel's device, runs here with its context pushed for the call,
+         * as a PyTorch operator runs on its tensors' device; any other goes to the Python path,
+         * which routes it to the current context's twin of this kernel */
+        void* current = NULL;
+        void* ctx = (void*)(uintptr_t)*L->ctx;
+        if (hot.ctx_current(&current) != 0) current = NULL;
+        if (current != ctx) {
+            elsewhere = 1;
+            if ((L->flags & L_HAS_ARRAYS) && *L->ctx != NO_CONTEXT && (err = cu_ctx_push(ctx)) == 0) {
+                elsewhere = 0;
+                err = hot.launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
+                                 L->dims[5], L->dims[6], stream, L->params, L->extra);
+                void* popped = NULL;
+                cu_ctx_pop(&popped);
+            }
         }
     }
     if (ts) PyEval_RestoreThread(ts);
+    if (unlikely(elsewhere)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
     if (unlikely(err)) return PyObject_CallFunction(L->on_error, "iK", err, (unsigned long long)(uintptr_t)stream);
     KJIT_MARK(5);
     Py_RETURN_NONE;
 }
+
+/* What make_launcher hands out: a builtin function whose self is the Launcher. CPython's CALL
+ * specializes for a builtin function taking a vector of arguments, not for an instance of
+ * another callable type, which costs a launch 1-2% more (benchmarks/launch.py's bound row). */
+static PyObject* launcher_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    return launcher_call(self, args, (size_t)nargs, kwnames);
+}
+static PyMethodDef launcher_call_def = {"launch", (PyCFunction)(void (*)(void))launcher_fast,
+                                        METH_FASTCALL | METH_KEYWORDS, "launch(*args): the kernel's launch"};
 
 static int launcher_traverse(PyObject* op, visitproc visit, void* arg) {
     Launcher* L = (Launcher*)op;
@@ -492,7 +513,8 @@ static size_t kind_size(int kind) {
 
 /* launcher(fallback, on_error, spec, tokens, array_type, last, name, func, stream, gx, gy, gz,
  *          bx, by, bz, shared_mem, owner, context_cell, flags, device, block_size)
- * -> Launcher; context_cell: an 8-byte buffer (ctypes.c_uint64) holding the kernel's context,
+ * -> the Launcher's call as a builtin function (launcher_call_def, above; its __self__ is the
+ * Launcher); context_cell: an 8-byte buffer (ctypes.c_uint64) holding the kernel's context,
  * read on every launch. block_size > 0: the spec's offsets are the kernel's parameter block as
  * the driver lays it out (cuFuncGetParamInfo), handed over whole
  * (CU_LAUNCH_PARAM_BUFFER_POINTER), which the driver copies in one piece instead of a piece per
@@ -600,7 +622,9 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
         for (Py_ssize_t i = 0; i < n; i++) L->params[i] = L->buf + L->slots[i].offset;
     }
     PyObject_GC_Track((PyObject*)L);
-    return (PyObject*)L;
+    PyObject* f = PyCFunction_NewEx(&launcher_call_def, (PyObject*)L, NULL);
+    Py_DECREF(L);
+    return f;
 }
 
 static PyMethodDef methods[] = {

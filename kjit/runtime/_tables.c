@@ -65,6 +65,8 @@ static int same_items(PyObject* a, PyObject* b) {
  * goes on using is held across it. */
 static PyObject* kernel_subscript(PyObject* self, PyObject* config) {
     TableBase* tb = (TableBase*)self;
+    /* the very config answered last (a constant tuple in a loop): only a memo config is kept */
+    if (config == tb->last_config && tb->last_hit) return Py_NewRef(tb->last_hit);
     PyObject* table = tb->table;
     int memo = memo_config(config);
     if (memo && tb->last_hit && same_items(tb->last_config, config)) return Py_NewRef(tb->last_hit);
