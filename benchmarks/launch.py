@@ -272,10 +272,15 @@ class KjitTorch(Toolkit):
         self.state = {}
 
     def prepare(self, n):
+        from kjit.runtime import torch_facts
         k = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}")
         buf = self.torch.zeros(16, dtype=self.torch.float32, device="cuda")
         args, stream = [buf, *launch_args(n)], self.stream
         self.state[n] = (buf, Loop("k[1, 32, stream]({args})", args, k=k, stream=stream))
+        # the first launch hands the C packer PyTorch's shim, and builds the one-call reader
+        # (kept: a later process loads it): time what a program gets once it is in use
+        self.state[n][-1](1)
+        torch_facts.wait()
 
     def sync(self):
         self.stream.synchronize()
@@ -372,7 +377,8 @@ ORDER = ["C cuLaunchKernel", "C cuLaunchKernel, a separate program", "C cuLaunch
          "kjit bound launcher L(...)", "kjit k.launch(...)",
          "kjit k[g, b, torch stream](torch tensor, ...)",
          "kjit k[g, b, cupy stream](cupy array, ...)", "kjit k[...] via cuda.bindings call",
-         "cuda.core launch", "CuPy RawKernel"]
+         "cuda.core launch", "CuPy RawKernel", "torch tensors read through"]
+TORCH_READER = ORDER[-1]
 
 
 def _row(us: list[float], floors: list[float], stream: bool) -> dict:
@@ -425,6 +431,10 @@ def run() -> tuple[dict, dict]:
                 ready.append(t)
             except Exception as exc:
                 results[t.name] = f"failed to prepare: {type(exc).__name__}: {exc}"
+        if any(type(t) is KjitTorch for t in ready):
+            from kjit.runtime import torch_facts
+            results[TORCH_READER] = ("one C call built against this PyTorch" if torch_facts.installed()
+                                     else f"PyTorch's C shim ({torch_facts.why_not()})")
         if floor not in ready:
             raise SystemExit(f"the C floor could not be prepared: {results.get(floor.name)}")
         others = [t for t in ready if t is not floor]

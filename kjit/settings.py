@@ -180,13 +180,15 @@ def env_choice(name: str, choices: Mapping[str, str], env: Mapping[str, str] | N
 # --- the variables ----------------------------------------------------------------------------
 SWITCHES = {"KJIT_CACHE": True, "KJIT_CACHE_SAVE_SOURCE": False, "KJIT_DEBUG_SOURCES": True,
             "KJIT_HEADER_WATCH": True,
-            "KJIT_OBSERVE": True, "KJIT_PCH": True, "KJIT_REMOTE_CACHE_UNSIGNED": False}
+            "KJIT_OBSERVE": True, "KJIT_PCH": True, "KJIT_REMOTE_CACHE_UNSIGNED": False,
+            "KJIT_TORCH_READER": True}
 ENV_CACHE = "KJIT_CACHE"
 ENV_SIZE, DEFAULT_SIZE = "KJIT_CACHE_SIZE", 1 << 30
 ENV_MEMORY, DEFAULT_MEMORY = "KJIT_CACHE_MEMORY_SIZE", 256 << 20
 ENV_JOBS = "KJIT_COMPILE_JOBS"
 ENV_POOL_IDLE, DEFAULT_POOL_IDLE, MAX_POOL_IDLE = "KJIT_COMPILE_POOL_IDLE", 30.0, 7 * 86400.0
 ENV_LAUNCH = "KJIT_LAUNCH"
+ENV_TORCH_READER = "KJIT_TORCH_READER"
 LAUNCH_CHOICES = {"bindings": "launch through cuda.bindings' cuLaunchKernel"}
 ENV_AUTOTUNE = "KJIT_AUTOTUNE"
 ENV_CACHE_DIR = "KJIT_CACHE_DIR"

@@ -3,6 +3,8 @@ through kjit's Python checks, which teach the C packer the array type; later one
 in C. Both must give the same results and refuse the same mistakes."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -101,6 +103,79 @@ def test_a_learned_tensor_launch_never_enters_the_python_launcher(monkeypatch):
         with pytest.raises(ArgumentError, match=r"'x'.*" + pattern):
             launch(1.0, bad, y, 256)
     assert len(entered) == 4
+
+
+def test_the_one_call_tensor_reader_answers_as_pytorch_does():
+    torch = pytest.importorskip("torch")
+    from kjit.runtime import torch_facts, torch_shim
+    k = kjit.load(kjit.compile(AXPY)).get_function("axpy")
+    x, y = torch.ones(64, device="cuda"), torch.zeros(64, device="cuda")
+    k[1, 64](1.0, x, y, 64)   # the Python path hands the C packer the shim, then the reader
+    if torch_facts._compiler() is None:
+        pytest.skip("no C++ compiler: tensors are read through the shim alone")
+    assert torch_facts.wait(), torch_facts.why_not()
+    base = torch.arange(24, dtype=torch.float32, device="cuda").reshape(4, 6)
+    samples = [base, base[1:], base.t(), base[:, ::2], base.half(), base.to(torch.int64), base.bool(),
+               base.to(torch.bfloat16), base.to(torch.complex64), base[:0], base.clone().requires_grad_(),
+               torch.nn.Parameter(base.clone()), base.view(-1)[5:]]
+    for t in samples:
+        f = torch_facts.facts(t)
+        assert f is not None
+        assert ((f.data or 0), f.device_index, bool(f.contiguous), f.numel, f.storage_offset,
+                f.storage_nbytes, bool(f.requires_grad), f.dtype, bool(f.nested)) == (
+            t.data_ptr(), t.get_device(), t.is_contiguous(), t.numel(), t.storage_offset(),
+            t.untyped_storage().nbytes(), t.requires_grad, torch_shim.dtype_code(t), False), t
+
+
+@pytest.mark.parametrize("reader", ["one call", "shim"])
+def test_either_tensor_reader_launches_in_c_and_hands_every_wrong_tensor_to_python(monkeypatch, reader):
+    """The C packer reads a torch.Tensor through one call compiled against this PyTorch
+    (kjit/runtime/torch_facts.py) where a C++ compiler is found, else through PyTorch's C shim.
+    Either way a right tensor, a view into its storage included, launches in C, and every
+    tensor a kernel must not get goes to the Python path, which refuses it by name."""
+    torch = pytest.importorskip("torch")
+    from kjit.runtime import kernel as kernel_mod
+    from kjit.runtime import torch_facts
+    from kjit.runtime.libcuda import c_function
+    k = kjit.load(kjit.compile(AXPY)).get_function("axpy")
+    launch = k[2, 128]
+    x, y = torch.arange(512, dtype=torch.float32, device="cuda"), torch.zeros(256, device="cuda")
+    launch(1.0, x[:256], y, 256)   # teaches the C packer torch.Tensor: the shim, then the reader
+    if torch_facts._compiler() is None:
+        pytest.skip("no C++ compiler: tensors are read through the shim alone")
+    assert torch_facts.wait(), torch_facts.why_not()
+    register, address = c_function("register_torch_facts"), torch_facts.address()
+    if reader == "shim":   # the reader set aside for this test, then put back
+        register(0)
+    try:
+        entered = []
+        real = kernel_mod.framework_stream
+        monkeypatch.setattr(kernel_mod, "framework_stream", lambda *a: entered.append(1) or real(*a))
+        p = torch.nn.Parameter(x[:256].clone(), requires_grad=False)
+        launch(1.0, p, y, 256)   # learns torch.nn.Parameter
+        torch.cuda.synchronize()
+        entered.clear()
+        for _ in range(3):
+            launch(1.0, x[256:], y, 256)   # a view: its storage offset is 256 elements
+        launch(2.0, p, y, 256)
+        torch.cuda.synchronize()
+        assert entered == []
+        want = 4 * np.arange(256) + 3 * np.arange(256, 512)
+        np.testing.assert_array_equal(y.cpu().numpy(), want.astype(np.float32))
+        bare = torch.ones(256, device="cuda")
+        bare.untyped_storage().resize_(0)
+        with warnings.catch_warnings():   # nested tensors are a prototype and say so
+            warnings.simplefilter("ignore")
+            nested = torch.nested.nested_tensor([torch.ones(128), torch.ones(128)], device="cuda")
+        wrong = [(x.double()[:256], "float64"), (x[::2], "not C-contiguous"), (x[:256].cpu(), "on cpu"),
+                 (x[:256].clone().requires_grad_(), "requires grad"), (nested, "nested"),
+                 (x[:256].to_sparse(), "sparse"), (bare, "do not lie in its storage")]
+        for bad, pattern in wrong:
+            with pytest.raises(ArgumentError, match=r"'x'.*" + pattern):
+                launch(1.0, bad, y, 256)
+        assert len(entered) == len(wrong)
+    finally:
+        register(address)
 
 
 PUT = r'''extern "C" __global__ void put(int a, const float* t, int* out) { out[0] = a; }'''

@@ -82,8 +82,19 @@ enum { S_DATA_PTR, S_DTYPE, S_DEVICE_TYPE, S_DEVICE_INDEX, S_LAYOUT, S_IS_CONTIG
 static const char* const reader_names[N_READERS] = {
     "get_data_ptr", "get_dtype", "get_device_type", "get_device_index", "get_layout",
     "is_contiguous", "get_numel", "get_storage_size", "get_storage_offset"};
+/* torch_facts.cpp's one-call reader (KjitTensorFacts there, torch_facts.Facts in Python): used
+ * in the shim's place once kjit/runtime/torch_facts.py has built it against this PyTorch and
+ * checked its answers against PyTorch's and the shim's */
+typedef struct {
+    int32_t device_type, device_index, layout, dtype;
+    int32_t nested, contiguous, requires_grad, has_storage;
+    int64_t numel, storage_nbytes, storage_offset;
+    void* data;
+} TensorFacts;
+typedef int (*facts_fn)(const void*, TensorFacts*);
 static struct {
     void* fn[N_READERS];
+    facts_fn facts;          /* NULL: the shim's calls */
     shim_stream_fn stream;   /* NULL: the registered Python getter */
     int32_t cuda, strided;
     Py_ssize_t offset;       /* of the at::Tensor in a tensor object; 0: ask `_cdata` */
@@ -225,6 +236,16 @@ usage:
     return NULL;
 }
 
+/* register_torch_facts(address): the reader's address; 0 goes back to the shim's calls */
+PyObject* kjit_register_torch_facts(PyObject* self, PyObject* arg) {
+    unsigned long long addr = kjit_as_u64(arg);
+    if (addr == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    if (addr && !shim.ready)
+        return PyErr_Format(PyExc_RuntimeError, "register_torch_facts: the shim is not registered");
+    shim.facts = (facts_fn)(uintptr_t)addr;
+    Py_RETURN_NONE;
+}
+
 /* register_foreign(type, kind, dtype, typestr[, code, itemsize]): `code`, a torch.Tensor's
  * or Parameter's ScalarType code for `dtype` (of `itemsize` bytes), puts the type on the shim */
 PyObject* kjit_register_foreign(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
@@ -346,12 +367,37 @@ static int as_long(PyObject* r, long long* out) {
     return ok;
 }
 
-/* a tensor read through the shim: 1 when it is a dense CUDA tensor on `want_device` holding
- * `want` (and not requiring grad unless `grad_ok`), its address in *addr; 0 declines. Its
- * elements must lie in its storage, and the storage have memory: a storage resized to nothing
- * has no bytes, a functionalized tensor's none at all (its address is its offset from 0).
- * Whether it is nested is asked of its getter: the shim answers a nested tensor's sizes with
- * an error PyTorch logs. */
+/* whether a tensor's elements lie in its storage, and the storage has memory: a storage
+ * resized to nothing has no bytes, a functionalized tensor's none at all (its address is its
+ * offset from 0) */
+static inline int in_storage(int64_t numel, int64_t nbytes, int64_t first, int64_t itemsize, void* data) {
+    return first >= 0 && numel <= nbytes / itemsize - first &&
+           (uintptr_t)data != (uintptr_t)(first * itemsize);
+}
+
+/* torch_by_shim's answer from the one-call reader */
+static int torch_by_facts(void* h, PyObject* want, long long want_device,
+                          int grad_ok, unsigned long long* addr) {
+    TensorFacts f;
+    if (shim.facts(h, &f) != 0 || f.nested || f.device_type != shim.cuda || f.device_index != want_device ||
+            f.layout != shim.strided || f.dtype < 0 || f.dtype >= MAX_CODES || !code_typestr[f.dtype] ||
+            !f.contiguous || (!grad_ok && f.requires_grad))
+        return 0;
+    if (code_typestr[f.dtype] != want && PyUnicode_Compare(code_typestr[f.dtype], want) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (f.numel > 0 && (!f.has_storage ||
+                        !in_storage(f.numel, f.storage_nbytes, f.storage_offset, code_itemsize[f.dtype], f.data)))
+        return 0;
+    *addr = (unsigned long long)(uintptr_t)f.data;
+    return 1;
+}
+
+/* a tensor read through the shim (or its one-call reader): 1 when it is a dense CUDA tensor on
+ * `want_device` holding `want` (and not requiring grad unless `grad_ok`), its elements in its
+ * storage, its address in *addr; 0 declines. Whether it is nested is asked of its getter: the
+ * shim answers a nested tensor's sizes with an error PyTorch logs. */
 static int torch_by_shim(ForeignType* ft, PyObject* v, PyObject* want, long long want_device,
                          int grad_ok, unsigned long long* addr) {
     void* impl = NULL;
@@ -364,6 +410,7 @@ static int torch_by_shim(ForeignType* ft, PyObject* v, PyObject* want, long long
         h = &impl;
     } else if (shim.offset + (Py_ssize_t)sizeof(void*) > Py_TYPE(v)->tp_basicsize)
         return 0;
+    if (shim.facts) return torch_by_facts(h, want, want_device, grad_ok, addr);
     int32_t type, index, layout, code;
     int64_t numel, nbytes, first;
     bool dense = false;
@@ -384,9 +431,8 @@ static int torch_by_shim(ForeignType* ft, PyObject* v, PyObject* want, long long
             !ASK(S_NUMEL, shim_i64_fn, h, &numel) || !ASK(S_DATA_PTR, shim_ptr_fn, h, &data))
         return 0;
     if (numel > 0 && (!ASK(S_STORAGE_SIZE, shim_i64_fn, h, &nbytes) ||
-                      !ASK(S_STORAGE_OFFSET, shim_i64_fn, h, &first) || first < 0 ||
-                      numel > nbytes / code_itemsize[code] - first ||
-                      (uintptr_t)data == (uintptr_t)(first * code_itemsize[code])))
+                      !ASK(S_STORAGE_OFFSET, shim_i64_fn, h, &first) ||
+                      !in_storage(numel, nbytes, first, code_itemsize[code], data)))
         return 0;
     if (!grad_ok && (!as_long(read_accessor(ft, A_REQUIRES_GRAD, v), &grad) || grad)) return 0;
     *addr = (unsigned long long)(uintptr_t)data;

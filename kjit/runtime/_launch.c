@@ -633,6 +633,8 @@ static PyMethodDef methods[] = {
      "register_foreign(type, kind, dtype, typestr[, code, itemsize]): arrays of `type` with `dtype` are packed in C"},
     {"register_torch_shim", (PyCFunction)(void (*)(void))kjit_register_torch_shim, METH_FASTCALL,
      "register_torch_shim(...): PyTorch's C shim functions, for tensors and the current stream"},
+    {"register_torch_facts", (PyCFunction)kjit_register_torch_facts, METH_O,
+     "register_torch_facts(address): a one-call tensor reader (kjit/runtime/torch_facts.py); 0: none"},
     {"register_stream", (PyCFunction)(void (*)(void))kjit_register_stream, METH_FASTCALL,
      "register_stream(kind, getter): how to read a framework's current stream"},
     {"set_thread_stream", (PyCFunction)kjit_set_thread_stream, METH_O,

@@ -13,7 +13,7 @@ import ctypes
 import sys
 from typing import Any
 
-from . import libcuda
+from . import libcuda, torch_facts
 
 _READERS = ("get_data_ptr", "get_dtype", "get_device_type", "get_device_index", "get_layout",
             "is_contiguous", "get_numel", "get_storage_size", "get_storage_offset")
@@ -118,6 +118,8 @@ def install(t: Any) -> bool:
                 offset = _tensor_offset(t, sys.modules["torch"].empty(4, device="cpu"))
                 register(addrs, _stream_reader(lib, t.get_device()), *codes, offset)
                 _state["installed"] = True
+                # then one call in place of these, where it can be built for this PyTorch
+                torch_facts.install(t, lambda name, x: _ask(lib, name, x, ctypes.c_int32))
         except Exception:
             pass
     return _state["installed"]
