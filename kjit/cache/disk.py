@@ -11,6 +11,8 @@ Layout under cache_dir():
             (kjit.compiler.keys.manifest; removed with the entries)
   pch/      precompiled headers and their records (kjit.cache.pchdir, kjit.compiler.pch):
             counted against the size limit with the entries, LRU-evicted with them
+  native/   the tensor reader built against the installed PyTorch (kjit.runtime.torch_facts),
+            one small library per PyTorch build
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-SUBDIRS = ("entries", "usage", "locks", "headers", "sources", "pch")
+SUBDIRS = ("entries", "usage", "locks", "headers", "sources", "pch", "native")
 
 
 class Untrusted(OSError):
