@@ -52,7 +52,9 @@ def _kernel(pack):
         name="k", device=0, handle=0x99, params=tuple(packer.slots), packer=packer,
         fill=packer.filler(buf, pack), params_address=addr,
         block_size=0,
-        owner_thread=threading.get_ident(), context_address=1, context_cell=ctypes.c_uint64(1),
+        # no live context in the cell: a C launcher hands every launch to the Python one, so
+        # the fake handle never reaches a driver another test bound in this process
+        owner_thread=threading.get_ident(), context_address=1, context_cell=ctypes.c_uint64(kernel_mod.NO_CONTEXT),
         c_launch=launch, current_context=lambda: 1, launcher_for=None, launch_elsewhere=None,
         _buf=buf)
     return k, calls

@@ -406,6 +406,43 @@ def test_a_launcher_runs_in_its_kernels_context_whatever_context_is_current():
     ran(7)
 
 
+def test_a_launch_on_a_stream_of_its_kernels_own_context_runs_there_whatever_is_current():
+    # A kernel of a kjit.Context, configured with that context's stream and given no array:
+    # called while another context is current, the C launcher (the driver runs a launch on its
+    # stream's context) and the Python path (another thread's launch) both run it there.
+    src = r'''extern "C" __global__ void put_at(unsigned long long at, int v) { ((int*)at)[threadIdx.x] = v; }'''
+    obj = kjit.compile(src)
+    ctx = kjit.Context(0)
+    try:
+        with ctx:
+            k = kjit.load(obj).get_function("put_at")
+            out, stream = kjit.zeros(4, np.int32), kjit.Stream()
+            run = k[1, 4, stream]
+            run(out.ptr, 1)
+            stream.synchronize()
+            np.testing.assert_array_equal(out.get(), [1] * 4)
+        errors = []
+
+        def from_another_thread():
+            try:
+                run(out.ptr, 3)
+                stream.synchronize()
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+        run(out.ptr, 2)   # this thread: the primary context is current
+        stream.synchronize()
+        with ctx:
+            np.testing.assert_array_equal(out.get(), [2] * 4)
+        worker = threading.Thread(target=from_another_thread)
+        worker.start()
+        worker.join()
+        assert not errors, errors
+        with ctx:
+            np.testing.assert_array_equal(out.get(), [3] * 4)
+    finally:
+        ctx.close()
+
+
 def test_streams_events_and_in_out():
     src = r'''extern "C" __global__ void twice(const double* a, double* b, int n) {
         int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) b[i] = 2 * a[i]; }'''

@@ -387,8 +387,9 @@ static int torch_by_facts(void* h, PyObject* want, long long want_device,
         PyErr_Clear();
         return 0;
     }
-    if (f.numel > 0 && (!f.has_storage ||
-                        !in_storage(f.numel, f.storage_nbytes, f.storage_offset, code_itemsize[f.dtype], f.data)))
+    /* no storage: declined, as the shim's address query fails for it */
+    if (!f.has_storage ||
+            (f.numel > 0 && !in_storage(f.numel, f.storage_nbytes, f.storage_offset, code_itemsize[f.dtype], f.data)))
         return 0;
     *addr = (unsigned long long)(uintptr_t)f.data;
     return 1;

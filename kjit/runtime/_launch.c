@@ -345,6 +345,7 @@ typedef struct {
     int flags;              /* L_AUTO_STREAM, L_GRAD_OK, L_HAS_ARRAYS */
     int packing;            /* while its arguments are read: Python code they run (a getter, a
                              * stream getter) may call this launcher again */
+    int ask;                /* another context was current at its last launch: ask first */
     unsigned dims[7];       /* grid xyz, block xyz, dynamic shared memory */
     void* func;
     void* stream;
@@ -393,7 +394,12 @@ static inline Py_ssize_t launcher_pack(Launcher* L, PyObject* const* args, int* 
  * current) on any stream not of the function's context, before anything runs, without a sticky
  * error or harm to a capture in progress; on a stream of the function's context it launches
  * there, whatever is current, which is where the launch belongs. So the context is asked only
- * after a refusal. */
+ * after a refusal, and then first at each launch until the kernel's context is current again
+ * (`ask`): a refused launch costs microseconds, the question tens of nanoseconds.
+ * While another context is current, a launch whose arrays all matched their tokens, so all
+ * live on this kernel's device, runs here with its context pushed for the call, as a PyTorch
+ * operator runs on its tensors' device; any other goes to the Python path, which routes it to
+ * the current context's twin of this kernel. */
 static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
     KJIT_MARK(0);
     Launcher* L = (Launcher*)op;
@@ -403,6 +409,15 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     if (unlikely(kwnames || (unsigned long)pthread_self() != L->owner || nargs != L->nargs ||
                  !hot.launch || L->packing || *L->ctx == NO_CONTEXT))
         return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
+    void* ctx = (void*)(uintptr_t)*L->ctx;
+    int elsewhere = 0;
+    if (unlikely(L->ask)) {
+        void* current = NULL;
+        if (hot.ctx_current(&current) != 0) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
+        elsewhere = current != ctx;
+        if (!elsewhere) L->ask = 0;
+        else if (!(L->flags & L_HAS_ARRAYS)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
+    }
     KJIT_MARK(1);
     int seen = 0;
     L->packing = 1;
@@ -422,32 +437,33 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
         if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
     }
     PyThreadState* ts = kjit_gil_release();   /* _gil.c: only where another thread can run */
-    KJIT_MARK(3);
-    int err = hot.launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
+    int err = elsewhere ? cu_ctx_push(ctx) : 0;
+    if (likely(!err)) {
+        KJIT_MARK(3);
+        err = hot.launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
                          L->dims[5], L->dims[6], stream, L->params, L->extra);
-    KJIT_MARK(4);
-    int elsewhere = 0;
-    if (unlikely(err)) {
-        /* another context current (or none): a launch whose arrays all matched their tokens,
-         * so all live on this kernel's device, runs here with its context pushed for the call,
-         * as a PyTorch operator runs on its tensors' device; any other goes to the Python path,
-         * which routes it to the current context's twin of this kernel */
+        KJIT_MARK(4);
+        if (elsewhere) {
+            void* popped = NULL;
+            cu_ctx_pop(&popped);
+        }
+    }
+    int hand_over = 0;
+    if (unlikely(err) && !elsewhere) {   /* refused: which context is current? */
         void* current = NULL;
-        void* ctx = (void*)(uintptr_t)*L->ctx;
         if (hot.ctx_current(&current) != 0) current = NULL;
         if (current != ctx) {
-            elsewhere = 1;
-            if ((L->flags & L_HAS_ARRAYS) && *L->ctx != NO_CONTEXT && (err = cu_ctx_push(ctx)) == 0) {
-                elsewhere = 0;
+            L->ask = 1;   /* only this thread (the owner) reads or writes it */
+            if ((L->flags & L_HAS_ARRAYS) && (err = cu_ctx_push(ctx)) == 0) {
                 err = hot.launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
                                  L->dims[5], L->dims[6], stream, L->params, L->extra);
                 void* popped = NULL;
                 cu_ctx_pop(&popped);
-            }
+            } else hand_over = 1;
         }
     }
     if (ts) PyEval_RestoreThread(ts);
-    if (unlikely(elsewhere)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
+    if (unlikely(hand_over)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
     if (unlikely(err)) return PyObject_CallFunction(L->on_error, "iK", err, (unsigned long long)(uintptr_t)stream);
     KJIT_MARK(5);
     Py_RETURN_NONE;
@@ -608,6 +624,7 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
     L->ctx_cell = Py_NewRef(a[17]);
     L->flags = (int)v[11];
     L->packing = 0;
+    L->ask = 0;
     L->device = Py_NewRef(a[19]);
     L->block_size = block_size;
     L->block[0] = (void*)(uintptr_t)PARAM_BUFFER_POINTER;

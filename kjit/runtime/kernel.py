@@ -4,10 +4,12 @@ configuration, `k[grid, block]`, becomes a callable that packs and launches.
 `k[grid, block]` is looked up in C (`_launch.KernelBase`, kjit/runtime/_tables.c); a miss
 calls `Kernel._configure`, which checks the configuration and builds its launcher (`build`)
 from the kernel's parts, named by the `Launchable` protocol. When the C packer writes every
-parameter, the launcher is a `_launch.Launcher` (kjit/runtime/_launch.c): one C call packs
-into the kernel's buffer, whose void** array the driver reads, and calls cuLaunchKernel. It
-hands anything else (another thread or context, an argument it declines, every error) to the
-Python launcher built from the same parts. `Kernel.launch(cooperative=, cluster=)` goes
+parameter, the launcher is a `_launch.Launcher` (kjit/runtime/_launch.c), handed out as a
+builtin function bound to it: one C call packs into the launcher's own buffer and calls
+cuLaunchKernel, asking which context is current only where the driver refuses the launch. It
+hands anything else (another thread, another context where its arrays do not tie the launch
+to this device, an argument it declines, every error) to the Python launcher built from the
+same parts. `Kernel.launch(cooperative=, cluster=)` goes
 through cuLaunchKernelEx instead.
 
 A Kernel is loaded in one context (one device). The context current in the launching thread
@@ -460,6 +462,8 @@ class Kernel(_KernelBase):
         owner = stream_owner(as_handle(given))
         if owner is None or owner == here.context_address:
             return here
+        if owner == self.context_address and driver.context_epoch(owner) == self._epoch:
+            return self   # a stream of this kernel's own context: the launch runs there, as the driver runs it
         device = driver.context_device(owner)
         if device is None or int(driver.primary_context(device)) != owner:
             return here   # another context of this device: its own check refuses it

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -72,9 +73,10 @@ def why_not() -> str | None:
 
 
 def install(t: Any, shim_ask: Callable[[str, Any], Any]) -> None:
-    """Start using the reader, checked with `t` (a CUDA tensor the shim read): at once when a
-    kept one exists, else after a build in the background. `shim_ask(name, tensor)` is the
-    shim's answer, which the reader's must equal."""
+    """Start using the reader, checked with host tensors of each kind the packer tells apart
+    and with `t` (a CUDA tensor the shim read; after a build, if it is still alive): at once
+    when a kept one exists, else after a build in the background. `shim_ask(name, tensor)` is
+    the shim's answer, which the reader's must equal."""
     with _lock:
         if "tried" in _state:
             return
@@ -87,7 +89,9 @@ def install(t: Any, shim_ask: Callable[[str, Any], Any]) -> None:
     if kept is not None and kept.exists():
         _use(kept, t, shim_ask)
         return
-    thread = threading.Thread(target=_build_and_use, args=(torch, kept, shim_ask),
+    # the build checks the reader with `t` too if it is still alive then (held weakly: a
+    # program's tensor is not kept for the build's sake)
+    thread = threading.Thread(target=_build_and_use, args=(torch, kept, weakref.ref(t), shim_ask),
                               name="kjit-torch-reader", daemon=True)
     _state["thread"] = thread
     thread.start()
@@ -155,18 +159,21 @@ def _build(torch: Any, out: Path) -> bool:
             os.unlink(tmp)
 
 
-def _build_and_use(torch: Any, kept: Path | None, shim_ask: Callable[[str, Any], Any]) -> None:
+def _build_and_use(torch: Any, kept: Path | None, tensor: Callable[[], Any],
+                   shim_ask: Callable[[str, Any], Any]) -> None:
     try:
-        if kept is not None:
+        # kept only in a cache directory kjit's cache made (with its permissions): `native/`
+        # is made private beside its other folders
+        if kept is not None and kept.parent.parent.is_dir():
             with contextlib.suppress(OSError):
-                kept.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                kept.parent.mkdir(mode=0o700, exist_ok=True)
             if kept.parent.is_dir() and _build(torch, kept):
-                _use(kept, None, shim_ask)
+                _use(kept, tensor(), shim_ask)
                 return
         with tempfile.TemporaryDirectory(prefix="kjit-torch-reader-") as d:   # this process only
             out = Path(d) / "torch-facts.so"
             if _build(torch, out):
-                _use(out, None, shim_ask)
+                _use(out, tensor(), shim_ask)
     except Exception as exc:   # the shim stays
         _state["why"] = f"{type(exc).__name__}: {exc}"
 
@@ -178,7 +185,10 @@ def _load(path: Path) -> Any:
     data = read_private(path, MAX_BYTES)
     if len(data) > MAX_BYTES:
         raise OSError(f"{path} is larger than a reader can be")
-    fd, copy = tempfile.mkstemp(suffix=".so", prefix="kjit-torch-reader-")
+    try:   # beside it (a temporary directory may be mounted noexec), else in one
+        fd, copy = tempfile.mkstemp(suffix=".so", prefix=".load-", dir=path.parent)
+    except OSError:
+        fd, copy = tempfile.mkstemp(suffix=".so", prefix="kjit-torch-reader-")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
