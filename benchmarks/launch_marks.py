@@ -40,7 +40,7 @@ def build_marked(workdir: Path):
     so = workdir / ("_launch" + sysconfig.get_config_var("EXT_SUFFIX"))
     cc = (sysconfig.get_config_var("CC") or "cc").split()
     flags = (sysconfig.get_config_var("CFLAGS") or "").split() + (sysconfig.get_config_var("CCSHARED") or "").split()
-    sources = [str(runtime / f) for f in ("_launch.c", "_foreign.c", "_tables.c", "_gil.c")]
+    sources = [str(runtime / f) for f in ("_launch.c", "_libcuda.c", "_foreign.c", "_tables.c", "_gil.c")]
     subprocess.run([*cc, *flags, "-shared", "-include", str(HERE / "c" / "launch_marks.h"), f"-I{runtime}",
                     f"-I{sysconfig.get_paths()['include']}", "-o", str(so), *sources, "-ldl"],
                    check=True, capture_output=True)

@@ -116,7 +116,11 @@ def test_a_kernel_whose_context_was_destroyed_never_launches_its_dead_handle(mon
     # old one, and every launcher of it (cached, or held by the caller), must then hand each
     # launch to the module's kernel loaded in the new context, never launch its dead handle.
     from kjit import driver
-    monkeypatch.setattr(kernel_mod, "c_launch", lambda: None)   # the Python launch path here
+    # the Python launch path here: its handles are made up, and a C launcher would hand them
+    # to a driver another test bound in this process
+    monkeypatch.setattr(kernel_mod, "c_launch", lambda: None)
+    real_c_function = kernel_mod.c_function
+    monkeypatch.setattr(kernel_mod, "c_function", lambda name: None if name == "launcher" else real_c_function(name))
     sig = parse_signatures(SRC)["k"]
     slots = layout([p.ctype for p in sig.params], [p.name for p in sig.params], None)
     ctx, launched, loads = 0x5150_0000, [], []

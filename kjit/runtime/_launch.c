@@ -1,16 +1,13 @@
-/* kjit's launch call: cuLaunchKernel with a prebuilt void** array, in one C call (cuda.bindings'
- * wrapper converts each argument through helper objects, as costly as the rest of a launch).
- * Optional: kjit falls back to cuda.bindings when it is not built. Results return as ints,
- * checked by the caller. Queries ride along (kjit/runtime/libcuda.py): the current context,
- * which kjit's Python path asks before each launch, and the device owning a foreign pointer,
- * which cuda.bindings 13.3-13.5 answer wrongly for every device but 0; and a kjit graph's
- * replay. The other files
- * sit below this one: _foreign.c reads framework arrays, _tables.c serves k[config]. */
+/* kjit's launch call: the Launcher, one kernel launch configuration as a C callable that
+ * packs its arguments into a buffer of its own and calls cuLaunchKernel, and `pack`, the
+ * packer of kjit's Python launcher. Optional: kjit falls back to cuda.bindings when it is not
+ * built. The other files sit below this one: _libcuda.c resolves libcuda's functions and
+ * makes the direct calls, _foreign.c reads framework arrays, _tables.c serves k[config]. */
 #include "_foreign.h"
 #include "_gil.h"
+#include "_libcuda.h"
 #include "_pyint.h"
 #include "_tables.h"
-#include <dlfcn.h>
 #include <pthread.h>
 #include <math.h>
 #include <structmember.h>
@@ -24,127 +21,14 @@
 #define KJIT_MARK(step) ((void)0)
 #endif
 
-typedef int (*launch_fn)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                         unsigned, void*, void**, void**);
-typedef int (*pointer_attrs_fn)(unsigned, int*, void**, unsigned long long);
-typedef int (*ctx_push_fn)(void*);
-typedef int (*ctx_pop_fn)(void**);
-typedef int (*graph_launch_fn)(void*, void*);
-/* What every launch reads, in one cache line: libcuda's two calls, and a kjit array's slot
- * offsets with the `ptr` int read last (held) and its value (array_address, below). */
+/* A kjit array's slot offsets, and the `ptr` int read last (held) with its value
+ * (array_address, below): what a launch with kjit arrays reads, in one cache line. */
 static struct {
-    launch_fn launch;
-    kjit_ctx_current_fn ctx_current;
     PyTypeObject* slots_type;
     Py_ssize_t key_offset, ptr_offset;
     PyObject* last_ptr;
     unsigned long long last_addr;
-} hot __attribute__((aligned(64))) = {NULL, NULL, NULL, -1, -1, NULL, 0};
-static graph_launch_fn cu_graph_launch = NULL;
-static ctx_push_fn cu_ctx_push = NULL;
-static ctx_pop_fn cu_ctx_pop = NULL;
-static pointer_attrs_fn cu_pointer_attrs = NULL;
-
-static PyObject* bind(PyObject* self, PyObject* noargs) {
-    if (hot.launch) Py_RETURN_NONE;
-    /* the driver cuda.bindings already loaded: RTLD_NOLOAD finds that same copy */
-    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (!h) h = dlopen("libcuda.so.1", RTLD_NOW);
-    if (!h) {
-        PyErr_Format(PyExc_OSError, "libcuda.so.1 could not be loaded: %s", dlerror());
-        return NULL;
-    }
-    void* launch_sym = dlsym(h, "cuLaunchKernel");
-    void* current_sym = dlsym(h, "cuCtxGetCurrent");
-    void* attrs_sym = dlsym(h, "cuPointerGetAttributes");
-    void* push_sym = dlsym(h, "cuCtxPushCurrent_v2");
-    void* pop_sym = dlsym(h, "cuCtxPopCurrent_v2");
-    if (!launch_sym || !current_sym || !attrs_sym || !push_sym || !pop_sym) {
-        PyErr_SetString(PyExc_OSError, "libcuda.so.1 lacks cuLaunchKernel, cuCtxGetCurrent, "
-                        "cuPointerGetAttributes or cuCtxPush/PopCurrent");
-        return NULL;
-    }
-    cu_graph_launch = (graph_launch_fn)dlsym(h, "cuGraphLaunch");   /* optional: kjit graphs */
-    cu_ctx_push = (ctx_push_fn)push_sym;
-    cu_ctx_pop = (ctx_pop_fn)pop_sym;
-    hot.ctx_current = (kjit_ctx_current_fn)current_sym;
-    kjit_tables_bind(hot.ctx_current);
-    cu_pointer_attrs = (pointer_attrs_fn)attrs_sym;
-    kjit_foreign_bind((int (*)(int*))dlsym(h, "cuDeviceGetCount"));
-    hot.launch = (launch_fn)launch_sym;   /* last: its being set means all three are */
-    Py_RETURN_NONE;
-}
-
-static int require_bound(void) {
-    if (hot.launch) return 1;
-    PyErr_SetString(PyExc_RuntimeError, "kjit._launch.bind() was not called");
-    return 0;
-}
-
-/* current_context() -> address of the context current in this thread, 0 for none */
-static PyObject* current_context(PyObject* self, PyObject* noargs) {
-    if (!require_bound()) return NULL;
-    void* ctx = NULL;
-    if (hot.ctx_current(&ctx) != 0) ctx = NULL;
-    return PyLong_FromVoidPtr(ctx);
-}
-
-/* pointer_device(address) -> ordinal of the device whose memory it is; -1 for host, managed
- * and unknown memory. Zeroed 8-byte cells: the driver writes 4 bytes (enums, the ordinal)
- * or fewer (the managed flag). */
-enum { ATTR_MEMORY_TYPE = 2, ATTR_IS_MANAGED = 8, ATTR_DEVICE_ORDINAL = 9, MEMORYTYPE_DEVICE = 2 };
-static PyObject* pointer_device(PyObject* self, PyObject* arg) {
-    if (!require_bound()) return NULL;
-    unsigned long long addr = kjit_as_u64(arg);
-    if (addr == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    int attrs[3] = {ATTR_MEMORY_TYPE, ATTR_DEVICE_ORDINAL, ATTR_IS_MANAGED};
-    uint64_t mem_type = 0, ordinal = 0, managed = 0;
-    void* data[3] = {&mem_type, &ordinal, &managed};
-    int r;
-    Py_BEGIN_ALLOW_THREADS  /* the driver takes a lock other threads may hold */
-    r = cu_pointer_attrs(3, attrs, data, addr);
-    Py_END_ALLOW_THREADS
-    if (r != 0 || (uint32_t)mem_type != MEMORYTYPE_DEVICE || managed) return PyLong_FromLong(-1);
-    int32_t ord;
-    memcpy(&ord, &ordinal, 4);   /* little-endian: the int the driver wrote */
-    return PyLong_FromLong(ord);
-}
-
-/* launch(func, gx, gy, gz, bx, by, bz, shared_mem, stream, params) -> CUresult as int */
-static PyObject* launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-    unsigned long long v[10];
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "launch takes 10 ints");
-        return NULL;
-    }
-    if (!require_bound()) return NULL;
-    for (int i = 0; i < 10; i++) {
-        v[i] = kjit_as_u64(args[i]);
-        if (v[i] == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    }
-    PyThreadState* ts = kjit_gil_release();
-    int r = hot.launch((void*)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3], (unsigned)v[4],
-                      (unsigned)v[5], (unsigned)v[6], (unsigned)v[7], (void*)v[8], (void**)v[9], NULL);
-    if (ts) PyEval_RestoreThread(ts);
-    return PyLong_FromLong(r);
-}
-
-/* graph_launch(exec, stream) -> CUresult as int: a kjit Graph's replay, one host call */
-static PyObject* graph_launch(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "graph_launch takes 2 ints");
-        return NULL;
-    }
-    if (!require_bound()) return NULL;
-    if (!cu_graph_launch) return PyErr_Format(PyExc_OSError, "libcuda.so.1 lacks cuGraphLaunch");
-    unsigned long long exec = kjit_as_u64(args[0]);
-    unsigned long long stream = kjit_as_u64(args[1]);
-    if (PyErr_Occurred()) return NULL;
-    PyThreadState* ts = kjit_gil_release();
-    int r = cu_graph_launch((void*)(uintptr_t)exec, (void*)(uintptr_t)stream);
-    if (ts) PyEval_RestoreThread(ts);
-    return PyLong_FromLong(r);
-}
+} hot __attribute__((aligned(64))) = {NULL, -1, -1, NULL, 0};
 
 /* Kinds of the pack spec (kjit/runtime/params.py, Packer.c_spec, uses the same numbers: the
  * module exposes these, and tests/test_c_constants.py checks one against the other). */
@@ -338,6 +222,7 @@ typedef struct {
     PyObject_VAR_HEAD       /* the size: of what follows the fields, in bytes */
     vectorcallfunc vectorcall;
     /* what every launch reads, together */
+    kjit_launch_fn launch;  /* libcuda's, from kjit_cu: read here, beside the rest */
     Py_ssize_t nargs;
     unsigned long owner;    /* the thread launching in C (the kernel's first): another one could
                              * rewrite the buffer while the driver reads it, the GIL released */
@@ -407,13 +292,13 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     /* called again from Python code its own packing ran: that launch goes through the Python
      * path, which packs into the kernel's buffer, not into the one this launch is filling */
     if (unlikely(kwnames || (unsigned long)pthread_self() != L->owner || nargs != L->nargs ||
-                 !hot.launch || L->packing || *L->ctx == NO_CONTEXT))
+                 !L->launch || L->packing || *L->ctx == NO_CONTEXT))
         return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
     void* ctx = (void*)(uintptr_t)*L->ctx;
     int elsewhere = 0;
     if (unlikely(L->ask)) {
         void* current = NULL;
-        if (hot.ctx_current(&current) != 0) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
+        if (kjit_cu.ctx_current(&current) != 0) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
         elsewhere = current != ctx;
         if (!elsewhere) L->ask = 0;
         else if (!(L->flags & L_HAS_ARRAYS)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
@@ -437,28 +322,28 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
         if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
     }
     PyThreadState* ts = kjit_gil_release();   /* _gil.c: only where another thread can run */
-    int err = elsewhere ? cu_ctx_push(ctx) : 0;
+    int err = elsewhere ? kjit_cu.ctx_push(ctx) : 0;
     if (likely(!err)) {
         KJIT_MARK(3);
-        err = hot.launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
-                         L->dims[5], L->dims[6], stream, L->params, L->extra);
+        err = L->launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
+                        L->dims[5], L->dims[6], stream, L->params, L->extra);
         KJIT_MARK(4);
         if (elsewhere) {
             void* popped = NULL;
-            cu_ctx_pop(&popped);
+            kjit_cu.ctx_pop(&popped);
         }
     }
     int hand_over = 0;
     if (unlikely(err) && !elsewhere) {   /* refused: which context is current? */
         void* current = NULL;
-        if (hot.ctx_current(&current) != 0) current = NULL;
+        if (kjit_cu.ctx_current(&current) != 0) current = NULL;
         if (current != ctx) {
             L->ask = 1;   /* only this thread (the owner) reads or writes it */
-            if ((L->flags & L_HAS_ARRAYS) && (err = cu_ctx_push(ctx)) == 0) {
-                err = hot.launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
-                                 L->dims[5], L->dims[6], stream, L->params, L->extra);
+            if ((L->flags & L_HAS_ARRAYS) && (err = kjit_cu.ctx_push(ctx)) == 0) {
+                err = L->launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
+                                L->dims[5], L->dims[6], stream, L->params, L->extra);
                 void* popped = NULL;
-                cu_ctx_pop(&popped);
+                kjit_cu.ctx_pop(&popped);
             } else hand_over = 1;
         }
     }
@@ -625,6 +510,7 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
     L->flags = (int)v[11];
     L->packing = 0;
     L->ask = 0;
+    L->launch = kjit_cu.launch;   /* NULL before bind(): every launch then goes to the fallback */
     L->device = Py_NewRef(a[19]);
     L->block_size = block_size;
     L->block[0] = (void*)(uintptr_t)PARAM_BUFFER_POINTER;
@@ -657,11 +543,11 @@ static PyMethodDef methods[] = {
     {"set_thread_stream", (PyCFunction)kjit_set_thread_stream, METH_O,
      "set_thread_stream(handle): this thread's stream for launches given none and no framework array"},
     {"gil_mode", (PyCFunction)kjit_gil_mode, METH_O, "gil_mode(0|1|2): release the GIL where another thread exists / never / always"},
-    {"bind", (PyCFunction)bind, METH_NOARGS, "Resolve kjit's libcuda functions."},
-    {"current_context", (PyCFunction)current_context, METH_NOARGS, "cuCtxGetCurrent() -> int (0: none)"},
-    {"pointer_device", (PyCFunction)pointer_device, METH_O, "The device owning a pointer, -1 if none/unknown."},
-    {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "cuLaunchKernel(...) -> int"},
-    {"graph_launch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, "cuGraphLaunch(exec, stream) -> int"},
+    {"bind", (PyCFunction)kjit_bind, METH_NOARGS, "Resolve kjit's libcuda functions."},
+    {"current_context", (PyCFunction)kjit_current_context, METH_NOARGS, "cuCtxGetCurrent() -> int (0: none)"},
+    {"pointer_device", (PyCFunction)kjit_pointer_device, METH_O, "The device owning a pointer, -1 if none/unknown."},
+    {"launch", (PyCFunction)(void (*)(void))kjit_launch, METH_FASTCALL, "cuLaunchKernel(...) -> int"},
+    {"graph_launch", (PyCFunction)(void (*)(void))kjit_graph_launch, METH_FASTCALL, "cuGraphLaunch(exec, stream) -> int"},
     {"launcher", (PyCFunction)(void (*)(void))make_launcher, METH_FASTCALL, "A Launcher for one configuration."},
 #ifdef KJIT_MARKS_METHODS
     KJIT_MARKS_METHODS
