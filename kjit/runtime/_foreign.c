@@ -457,7 +457,10 @@ int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, i
     PyObject* typestr = NULL;   /* borrowed */
     for (int i = 0; i < n_dtypes && !typestr; i++)
         if (dtypes[i].dtype == dtype) typestr = dtypes[i].typestr;
-    for (int i = 0; i < n_dtypes && !typestr; i++) {   /* an equal dtype that is another object */
+    /* an equal dtype that is another object, of the same type: numpy's dtype equals what it
+     * would convert from (None is float64, 'float32' float32), so none of those may answer */
+    for (int i = 0; i < n_dtypes && !typestr; i++) {
+        if (Py_TYPE(dtypes[i].dtype) != Py_TYPE(dtype)) continue;
         int eq = PyObject_RichCompareBool(dtypes[i].dtype, dtype, Py_EQ);
         if (eq < 0) PyErr_Clear();
         else if (eq) typestr = dtypes[i].typestr;

@@ -190,6 +190,8 @@ def learn_foreign(value: Any, typestr: str) -> None:
     """Tell the C packer that arrays of this type and dtype read as `typestr`; the next
     launch with one is packed in C, after the same checks this path made."""
     cls, dtype = type(value), getattr(value, "dtype", None)
+    if dtype is None:   # nothing to tell its arrays apart by: they stay on this path
+        return
     try:
         if (cls, dtype) in _learned:
             return
