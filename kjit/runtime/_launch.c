@@ -36,6 +36,7 @@ enum { K_PYTHON = 0, K_I8 = 1, K_U8, K_I16, K_U16, K_I32, K_U32, K_I64, K_U64,
        K_F32 = 10, K_F64 = 11, K_ARRAY = 20, K_ARRAY_BITS = 21 };   /* 21: token (type, bits) */
 
 static PyObject* s_launch_key = NULL;
+static PyObject* s_module = NULL;   /* a launcher's __module__ (what torch.compile's warning names) */
 static PyObject* s_ptr = NULL;
 
 /* An int of one digit (|x| < 2**30, what kernels are mostly passed) read inline, as CPython's
@@ -525,7 +526,7 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
         for (Py_ssize_t i = 0; i < n; i++) L->params[i] = L->buf + L->slots[i].offset;
     }
     PyObject_GC_Track((PyObject*)L);
-    PyObject* f = PyCFunction_NewEx(&launcher_call_def, (PyObject*)L, NULL);
+    PyObject* f = PyCFunction_NewEx(&launcher_call_def, (PyObject*)L, s_module);
     Py_DECREF(L);
     return f;
 }
@@ -577,7 +578,8 @@ static int add_constants(PyObject* m) {
 PyMODINIT_FUNC PyInit__launch(void) {
     s_launch_key = PyUnicode_InternFromString("launch_key");
     s_ptr = PyUnicode_InternFromString("ptr");
-    if (!s_launch_key || !s_ptr) return NULL;
+    s_module = PyUnicode_InternFromString("kjit.runtime._launch");
+    if (!s_launch_key || !s_ptr || !s_module) return NULL;
     if (PyType_Ready(&LauncherType) < 0) return NULL;
     PyObject* m = PyModule_Create(&module);
     if (!m) return NULL;
