@@ -197,7 +197,7 @@ class PythonFloor(Toolkit):
 
 
 class Bindings(Toolkit):
-    """cuda.bindings with a prebuilt void** array: the Python floor."""
+    """cuda.bindings with a prebuilt void** array."""
     name = "cuda.bindings void**"
 
     def __init__(self):

@@ -7,8 +7,8 @@ data and branch history cold, and the pieces cost more. So this builds kjit's C 
 timestamps at its steps (KJIT_MARK, benchmarks/c/launch_marks.h: the TSC on x86-64),
 loads it in place of the installed one, and runs the launch benchmark's kjit rows paired with
 C's loop as benchmarks/launch.py does. Per launch, in ns: Python's part (the loop, the call
-into the launcher, its return), the launcher's checks (thread, argument count, the current
-context), packing, the stream, the kernel's name and the GIL, cuLaunchKernel itself and the
+into the launcher, its return), the launcher's checks (thread, argument count, a live
+context; the current context only after the driver refused a launch), packing, the stream, the kernel's name and the GIL, cuLaunchKernel itself and the
 return; each net of what a timestamp costs. C's loop (ns per launch) is beside them: the driver
 step against it says whether the driver runs slower inside kjit's launches than in C's loop.
 """

@@ -8,7 +8,8 @@ floor), and by timing its pieces without a launch:
   (`k[1, 32](x, n, a)`), through a lambda with `*args` (what a callback-style harness adds),
   and with the GIL released around cuLaunchKernel at every launch;
 - without a launch: an empty loop iteration, a call into kjit's extension that asks libcuda
-  for the current context (what every launch asks), and the C packer (`_launch.pack`) with no
+  for the current context (what the Python path and `f[...]` ask at every launch; the C
+  launcher only after the driver refuses one), and the C packer (`_launch.pack`) with no
   argument, a kjit array, and the 3- and 16-argument signatures, and with a PyTorch tensor and
   a CuPy array in place of the kjit array.
 
