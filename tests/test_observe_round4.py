@@ -246,6 +246,10 @@ def test_variables_read_but_not_keyed_do_not_change_the_output(tmp_path, var, va
         opts = {"extra": extra}
         a = fresh_process(src, arch="sm_90", target=target, opts=opts, env={var: None})
         b = fresh_process(src, arch="sm_90", target=target, opts=opts, env={var: value})
+        if a["fresh"] != b["fresh"] and any(
+                fresh_process(src, arch="sm_90", target=target, opts=opts, env={var: None})["fresh"]
+                != a["fresh"] for _ in range(3)):
+            continue   # this NVRTC's output differs from run to run (CUDA 12's -G cubin): nothing to tell
         assert a["fresh"] == b["fresh"], (target, extra)
 
 
