@@ -72,6 +72,8 @@ def raise_for(err, what: str, hint: str = "", context: Any = None) -> None:
                                "new process.")
     elif name.startswith("CUDA_ERROR_STREAM_CAPTURE") or name == "CUDA_ERROR_CAPTURED_EVENT":
         hint = _join(hint, _CAPTURE_HINT)
+    elif name == "CUDA_ERROR_CONTEXT_IS_DESTROYED":
+        hint = _join(hint, _DESTROYED_HINT)
     raise DriverError(code, name, call=what, description=text, hint=hint)
 
 
@@ -93,6 +95,16 @@ _CAPTURE_HINT = (
     "arrays (kjit.zeros/empty/to_device), host copies (kjit.In/Out) and synchronizations "
     "before or after the capture, launch each kernel once before it (the first launch on a "
     "device loads its module), and launch on the capturing stream: k[grid, block, stream].")
+
+
+# kjit destroys no context it launches in, so the one current was destroyed by code outside
+# it; what it held there is gone, and its handle (still current) fails every call
+_DESTROYED_HINT = (
+    "The current context was destroyed by code outside kjit: a device reset (cudaDeviceReset, "
+    "cuDevicePrimaryCtxReset, cupy.cuda.runtime.deviceReset(), numba.cuda.close()) or "
+    "cuCtxDestroy. The modules, arrays, streams and graphs made in it went with it, and every "
+    "call in it now fails. Start a new process, and keep device resets out of processes that "
+    "use kjit (a reset also frees the memory of PyTorch and CuPy arrays).")
 
 
 def _join(*parts: str) -> str:

@@ -179,6 +179,23 @@ def test_call_returns_the_outputs(fresh_driver):
     assert driver.call(lambda: (ok, 1, 2)) == (1, 2)
 
 
+def test_a_destroyed_context_says_what_destroyed_it_and_blames_no_kernel(monkeypatch):
+    """A device reset by another library (numba's cuda.close(), CuPy's runtime.deviceReset())
+    fails every later call with CONTEXT_IS_DESTROYED: the error names the likely causes and
+    what to do, and a synchronize does not blame the kernel launched last, as it does a fault."""
+    from kjit.runtime import context as context_mod
+    monkeypatch.setattr(context_mod, "last_launch", ["saxpy"])
+    with pytest.raises(DriverError) as info:
+        context_mod.raise_async(709, "cuCtxSynchronize")
+    text = str(info.value)
+    assert info.value.cuda_name == "CUDA_ERROR_CONTEXT_IS_DESTROYED"
+    assert "device reset" in text and "cudaDeviceReset" in text and "Start a new process" in text
+    assert "saxpy" not in text
+    with pytest.raises(DriverError) as info:   # any other error reported there names it
+        context_mod.raise_async(1, "cuCtxSynchronize")
+    assert "launched last was 'saxpy'" in str(info.value) and "device reset" not in str(info.value)
+
+
 @pytest.mark.gpu
 def test_real_driver_error_through_call():
     drv = driver.bindings()

@@ -20,6 +20,10 @@ from redis_server import require_redis
 
 NS = "hostile-test"
 TIMEOUT_S = 1.0
+# what a bounded lookup may take beyond the request deadline: opening the local tier and
+# compiling, which a loaded CI runner (pytest -n 2) has been seen to stretch past a second; an
+# uncut reply below takes ~40 s
+SLACK_S = 2.5
 
 
 @pytest.fixture(autouse=True)
@@ -135,7 +139,7 @@ def test_a_dripped_reply_is_cut_at_the_request_deadline(fake):
     fake(lambda cmd: drip(value, 0.4) if cmd[0].upper() in (b"GET", b"GETEX") else None)
     obj, took, warned = bounded_lookup("drip", 15)
     assert obj.cache_hit is False
-    assert took < TIMEOUT_S + 1.0, f"the lookup took {took:.1f} s"
+    assert took < TIMEOUT_S + SLACK_S, f"the lookup took {took:.1f} s"
     assert len(warned) == 1 and "deadline" in warned[0]
 
 
@@ -143,7 +147,7 @@ def test_every_request_of_a_claim_is_bounded(fake):
     """GET answers at once (absent), but taking the lease drips: still one bounded wait."""
     fake(lambda cmd: drip(b"+OK\r\n" * 20, 0.4) if cmd[0].upper() == b"SET" else None)
     obj, took, warned = bounded_lookup("drip-lease", 15)
-    assert obj.cache_hit is False and took < TIMEOUT_S + 1.0 and len(warned) == 1
+    assert obj.cache_hit is False and took < TIMEOUT_S + SLACK_S and len(warned) == 1
 
 
 # --- memory ---------------------------------------------------------------------------------------

@@ -512,6 +512,48 @@ def test_illegal_address_reported_at_synchronize_with_kernel_name():
     assert "bad_kernel" in out.stdout
 
 
+RESET_OUTSIDE = textwrap.dedent('''
+    import sys
+    import kjit, numpy as np
+    from cuda.bindings import driver as cu
+    k = kjit.load(kjit.compile('extern "C" __global__ void w(float* o, int n) { o[0] = n; }')).get_function("w")
+    out = kjit.zeros(1, np.float32)
+    L = k[1, 1]
+    L(out, 3)
+    assert out.get()[0] == 3
+    how = sys.argv[1]
+    assert cu.cuDevicePrimaryCtxReset(0)[0] == 0   # what cudaDeviceReset does to the primary context
+    def attempt(what, f):
+        try:
+            f()
+        except kjit.DriverError as e:
+            print("CAUGHT", what, e.cuda_name, "|", str(e).replace("\\n", " "))
+        else:
+            print("RAN", what)
+    attempt("launch", lambda: L(out, 4) if how == "bound" else k[1, 1](out, 4))
+    attempt("synchronize", kjit.synchronize)
+    attempt("zeros", lambda: kjit.zeros(1, np.float32))
+''')
+
+
+@pytest.mark.parametrize("how", ["bound", "table"])
+def test_a_device_reset_outside_kjit_is_named_with_what_to_do(how):
+    """Another library resets the device under kjit (numba's cuda.close(), CuPy's
+    runtime.deviceReset(), a test harness's cudaDeviceReset): every later call says the
+    context was destroyed, by what, and what to do; nothing crashes and no kernel is blamed.
+    In a child process: the reset would take this process's context with it."""
+    res = subprocess.run([sys.executable, "-c", RESET_OUTSIDE, how], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("CAUGHT", "RAN"))]
+    assert [ln.split()[:3] for ln in lines] == [
+        ["CAUGHT", what, "CUDA_ERROR_CONTEXT_IS_DESTROYED"] for what in ("launch", "synchronize", "zeros")], \
+        res.stdout
+    for ln in lines:
+        assert "device reset" in ln and "Start a new process" in ln, ln
+        assert "launched last" not in ln, ln   # the call failed, not work queued before it
+
+
 def test_torch_and_cupy_interop():
     torch = pytest.importorskip("torch")
     n = 1000

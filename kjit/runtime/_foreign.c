@@ -143,22 +143,26 @@ static PyObject* call_method(PyMethodDef* m, PyObject* descr, PyObject* v) {
     }
 }
 
+/* a C getter's or C method's descriptor called on v, held across the call: code it runs may
+ * look the accessors up again */
+static PyObject* call_descriptor(PyObject* d, PyObject* v) {
+    Py_INCREF(d);
+    PyObject* r;
+    if (Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
+        PyGetSetDef* gs = ((PyGetSetDescrObject*)d)->d_getset;
+        r = gs->get(v, gs->closure);
+    } else r = call_method(((PyMethodDescrObject*)d)->d_method, d, v);
+    Py_DECREF(d);
+    return r;
+}
+
 /* accessor `i` of `v` (a new reference), or NULL with an exception set */
 static PyObject* read_accessor(ForeignType* ft, int i, PyObject* v) {
     unsigned int version = Py_TYPE(v)->tp_version_tag;   /* CPython sets 0 on a change */
     if (version && version != ft->version)
         resolve_accessors(ft);   /* the type or a base changed since: look them up again */
     PyObject* d = version && version == ft->version ? ft->accessors[i] : NULL;
-    if (d) {   /* held across the call: code it runs may look the accessors up again */
-        Py_INCREF(d);
-        PyObject* r;
-        if (Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
-            PyGetSetDef* gs = ((PyGetSetDescrObject*)d)->d_getset;
-            r = gs->get(v, gs->closure);
-        } else r = call_method(((PyMethodDescrObject*)d)->d_method, d, v);
-        Py_DECREF(d);
-        return r;
-    }
+    if (d) return call_descriptor(d, v);
     return accessor_is_call[i] ? PyObject_CallMethodNoArgs(v, accessor_strs[i])
                                : PyObject_GetAttr(v, accessor_strs[i]);
 }
@@ -193,12 +197,7 @@ static PyObject* read_pointer_attr(PyObject* data, int i) {
     }
     PyObject* d = pointer_type.version && pointer_type.version == t->tp_version_tag ?
         pointer_type.get[i] : NULL;
-    if (!d) return PyObject_GetAttr(data, name);
-    Py_INCREF(d);   /* held across the call, as in read_accessor */
-    PyGetSetDef* gs = ((PyGetSetDescrObject*)d)->d_getset;
-    PyObject* r = gs->get(data, gs->closure);
-    Py_DECREF(d);
-    return r;
+    return d ? call_descriptor(d, data) : PyObject_GetAttr(data, name);
 }
 
 /* register_torch_shim(readers, stream, cuda, strided, offset): the readers' addresses (a
@@ -489,7 +488,10 @@ int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, i
         if (!as_long(read_accessor(ft, A_C_CONTIGUOUS, v), &contiguous) || !contiguous) return 0;
         PyObject* data = read_accessor(ft, A_DATA, v);
         if (!data) { PyErr_Clear(); return 0; }
-        int ok = as_long(read_pointer_attr(data, P_DEVICE_ID), &device) &&
+        /* with one device in the process, every CuPy array is on device 0 (one getter less,
+         * as `is_cuda` spares torch's get_device() above) */
+        if (one_device()) device = 0;
+        int ok = (device == 0 || as_long(read_pointer_attr(data, P_DEVICE_ID), &device)) &&
                  as_long(read_pointer_attr(data, P_PTR), &ptr);
         Py_DECREF(data);
         if (!ok || device != want_device) return 0;

@@ -227,7 +227,8 @@ typedef struct {
     Py_ssize_t nargs;
     unsigned long owner;    /* the thread launching in C (the kernel's first): another one could
                              * rewrite the buffer while the driver reads it, the GIL released */
-    const uint64_t* ctx;    /* the kernel's context: launched here only while it is current */
+    const uint64_t* ctx;    /* the kernel's context: pushed for a launch while another is
+                             * current (see `ask`) */
     int flags;              /* L_AUTO_STREAM, L_GRAD_OK, L_HAS_ARRAYS */
     int packing;            /* while its arguments are read: Python code they run (a getter, a
                              * stream getter) may call this launcher again */

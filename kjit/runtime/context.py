@@ -184,7 +184,8 @@ def raise_async(err: Any, what: str, context: Any = None) -> None:
     try:
         driver.raise_for(err, what, context=context)
     except DriverError as exc:
-        if last_launch[0]:
+        # a destroyed context fails the call itself: no queued work is to blame
+        if last_launch[0] and exc.cuda_name != "CUDA_ERROR_CONTEXT_IS_DESTROYED":
             exc.hint = "\n".join(filter(None, [
                 f"the fault came from work queued before this call; the kernel launched last "
                 f"was {last_launch[0]!r}", exc.hint]))

@@ -463,7 +463,7 @@ class Kernel(_KernelBase):
         if owner is None or owner == here.context_address:
             return here
         if owner == self.context_address and driver.context_epoch(owner) == self._epoch:
-            return self   # a stream of this kernel's own context: the launch runs there, as the driver runs it
+            return self   # a stream of this kernel's own context: the driver runs it there
         device = driver.context_device(owner)
         if device is None or int(driver.primary_context(device)) != owner:
             return here   # another context of this device: its own check refuses it
