@@ -106,11 +106,14 @@ static int array_address(PyObject* v, PyObject* token, PyObject* bits, unsigned 
     if (hot.key_offset > 0 && hot.ptr_offset > 0) {
         PyObject* key = *(PyObject**)((char*)v + hot.key_offset);
         PyObject* p = *(PyObject**)((char*)v + hot.ptr_offset);
-        if (!key || !p || (key != token && key != bits) || !PyLong_CheckExact(p)) return 0;
-        if (p == hot.last_ptr) {   /* an int never changes: the same object is the same address */
+        if (!key || !p || (key != token && key != bits)) return 0;
+        /* an int never changes: the same object is the same address (and was an int when held,
+         * so its type need not be read) */
+        if (p == hot.last_ptr) {
             *addr = hot.last_addr;
             return 1;
         }
+        if (!PyLong_CheckExact(p)) return 0;
         *addr = kjit_as_u64(p);
         if (*addr == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
         Py_XSETREF(hot.last_ptr, Py_NewRef(p));
