@@ -109,6 +109,19 @@ class CInProcess(Toolkit):
         return us
 
 
+def _prebuilt_block(n: int) -> tuple:
+    """(CUfunction, output array, argument holders, parameter block, its size) of the
+    n-argument kernel: the block laid out as cuFuncGetParamInfo says."""
+    k = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}")
+    if not k.block_size:
+        raise RuntimeError("the driver does not report parameter layouts (cuFuncGetParamInfo)")
+    func, buf, holders, _ = _prebuilt(n)
+    block = ctypes.create_string_buffer(k.block_size)
+    for slot, held in zip(k.params, holders):
+        ctypes.memmove(ctypes.addressof(block) + slot.offset, ctypes.addressof(held), ctypes.sizeof(held))
+    return func, buf, holders, block, k.block_size
+
+
 class CBlock(Toolkit):
     """C's loop with the parameters as one buffer (CU_LAUNCH_PARAM_BUFFER_POINTER), laid out as
     cuFuncGetParamInfo says: what kjit's C launchers hand the driver, written in C."""
@@ -119,14 +132,8 @@ class CBlock(Toolkit):
         self.state: dict = {}
 
     def prepare(self, n):
-        k = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}")
-        if not k.block_size:
-            raise RuntimeError("the driver does not report parameter layouts (cuFuncGetParamInfo)")
-        func, buf, holders, _ = _prebuilt(n)
-        block = ctypes.create_string_buffer(k.block_size)
-        for slot, held in zip(k.params, holders):
-            ctypes.memmove(ctypes.addressof(block) + slot.offset, ctypes.addressof(held), ctypes.sizeof(held))
-        self.state[n] = (buf, holders, block, int(func), k.block_size)
+        func, buf, holders, block, size = _prebuilt_block(n)
+        self.state[n] = (buf, holders, block, int(func), size)
 
     def batch(self, n):
         _, _, block, func, size = self.state[n]
@@ -193,6 +200,27 @@ class PythonFloor(Toolkit):
     def batch(self, n):
         _, _, arr, func, loop = self.state[n]
         self.ext.prepare(func, ctypes.addressof(arr))
+        return loop(PER_BATCH) / PER_BATCH / 1e3
+
+
+class PythonFloorBlock(PythonFloor):
+    """Python's floor with the parameters as one block, as kjit's launcher hands them: the floor
+    of kjit's own form (the driver copies one piece instead of one per parameter, and reads
+    no pointer array)."""
+    name = "Python's floor, parameters as one buffer"
+
+    def __init__(self, floor: PythonFloor):
+        self.ext, self.state = floor.ext, {}
+
+    def prepare(self, n):
+        func, buf, holders, block, size = _prebuilt_block(n)
+        args = [buf, *launch_args(n)]
+        self.state[n] = (buf, holders, block, int(func), size,
+                         Loop("launch({args})", args, launch=self.ext.launch_block))
+
+    def batch(self, n):
+        _, _, block, func, size, loop = self.state[n]
+        self.ext.prepare_block(func, ctypes.addressof(block), size)
         return loop(PER_BATCH) / PER_BATCH / 1e3
 
 
@@ -372,7 +400,8 @@ class CuPy(Toolkit):
 
 
 ORDER = ["C cuLaunchKernel", "C cuLaunchKernel, a separate program", "C cuLaunchKernel, parameters as one buffer",
-         "Python's floor: a bare C function call, then cuLaunchKernel", "cuda.bindings void**", "kjit k[grid, block](...)",
+         "Python's floor: a bare C function call, then cuLaunchKernel", "Python's floor, parameters as one buffer",
+         "cuda.bindings void**", "kjit k[grid, block](...)",
          "kjit k[grid, block, stream, 0](...)", "kjit @kernel f[grid, block](...)",
          "kjit bound launcher L(...)", "kjit k.launch(...)",
          "kjit k[g, b, torch stream](torch tensor, ...)",
@@ -423,6 +452,8 @@ def run() -> tuple[dict, dict]:
                 toolkits.append(factory(*args))
             except Exception as exc:  # a peer that is missing or changed its API; no compiler
                 results[factory.name] = f"unavailable: {type(exc).__name__}: {exc}"
+            if factory is PythonFloor and isinstance(toolkits[-1], PythonFloor):
+                toolkits.append(PythonFloorBlock(toolkits[-1]))
         ready = []
         for t in toolkits:
             try:
