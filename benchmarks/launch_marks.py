@@ -14,15 +14,14 @@ step against it says whether the driver runs slower inside kjit's launches than 
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import statistics
-import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
+
+from .launch_build import build, load, runtime_dir
 
 HERE = Path(__file__).parent
 ROUNDS = int(os.environ.get("KJIT_BENCH_MARKS_ROUNDS", "11"))
@@ -36,17 +35,8 @@ def build_marked(workdir: Path):
     if "kjit.runtime._launch" in sys.modules:
         raise SystemExit("kjit's launch extension is loaded already: run this module on its own "
                          "(python -m benchmarks.launch_marks)")
-    runtime = Path(importlib.util.find_spec("kjit").origin).parent / "runtime"
-    so = workdir / ("_launch" + sysconfig.get_config_var("EXT_SUFFIX"))
-    cc = (sysconfig.get_config_var("CC") or "cc").split()
-    flags = (sysconfig.get_config_var("CFLAGS") or "").split() + (sysconfig.get_config_var("CCSHARED") or "").split()
-    sources = [str(runtime / f) for f in ("_launch.c", "_libcuda.c", "_foreign.c", "_tables.c", "_gil.c")]
-    subprocess.run([*cc, *flags, "-shared", "-include", str(HERE / "c" / "launch_marks.h"), f"-I{runtime}",
-                    f"-I{sysconfig.get_paths()['include']}", "-o", str(so), *sources, "-ldl"],
-                   check=True, capture_output=True)
-    spec = importlib.util.spec_from_file_location("kjit.runtime._launch", so)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    so = build(runtime_dir(), workdir, ("-include", str(HERE / "c" / "launch_marks.h")))
+    module = load(so)
     sys.modules["kjit.runtime._launch"] = module
     return module
 
