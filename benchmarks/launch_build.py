@@ -3,13 +3,23 @@ take the launcher apart (launch_marks.py, launch_pieces.py): compiled as `pip in
 with the running Python's flags and headers, and loaded as a module of its own."""
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sysconfig
 import subprocess
 from pathlib import Path
 from types import ModuleType
 
-SOURCES = ("_launch.c", "_libcuda.c", "_foreign.c", "_tables.c", "_gil.c")
+SETUP = Path(__file__).resolve().parent.parent / "setup.py"
+
+
+def sources() -> list[str]:
+    """The extension's C files, as setup.py lists them (file names in the runtime directory)."""
+    for node in ast.walk(ast.parse(SETUP.read_text())):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Extension"
+                and ast.literal_eval(node.args[0]) == "kjit.runtime._launch"):
+            return [Path(f).name for f in ast.literal_eval(node.args[1])]
+    raise RuntimeError(f"{SETUP} names no kjit.runtime._launch extension")
 
 
 def runtime_dir() -> Path:
@@ -17,13 +27,13 @@ def runtime_dir() -> Path:
     return Path(importlib.util.find_spec("kjit").origin).parent / "runtime"
 
 
-def build(sources: Path, out_dir: Path, extra: tuple[str, ...] = ()) -> Path:
-    """The extension built from `sources` (a runtime directory) into `out_dir`: its path."""
+def build(src: Path, out_dir: Path, extra: tuple[str, ...] = ()) -> Path:
+    """The extension built from `src` (a runtime directory) into `out_dir`: its path."""
     so = out_dir / ("_launch" + sysconfig.get_config_var("EXT_SUFFIX"))
     cc = (sysconfig.get_config_var("CC") or "cc").split()
     flags = (sysconfig.get_config_var("CFLAGS") or "").split() + (sysconfig.get_config_var("CCSHARED") or "").split()
-    subprocess.run([*cc, *flags, "-shared", *extra, f"-I{sources}", f"-I{sysconfig.get_paths()['include']}",
-                    "-o", str(so), *(str(sources / f) for f in SOURCES), "-ldl"], check=True, capture_output=True)
+    subprocess.run([*cc, *flags, "-shared", *extra, f"-I{src}", f"-I{sysconfig.get_paths()['include']}",
+                    "-o", str(so), *(str(src / f) for f in sources()), "-ldl"], check=True, capture_output=True)
     return so
 
 

@@ -374,6 +374,15 @@ static inline int in_storage(int64_t numel, int64_t nbytes, int64_t first, int64
            (uintptr_t)data != (uintptr_t)(first * itemsize);
 }
 
+/* whether element type `got` (a kjit typestr) is the token's `want`: interned alike, so mostly
+ * one pointer test */
+static inline int same_typestr(PyObject* got, PyObject* want) {
+    if (got == want) return 1;
+    int r = PyUnicode_Compare(got, want);
+    if (r == -1 && PyErr_Occurred()) PyErr_Clear();
+    return r == 0;
+}
+
 /* torch_by_shim's answer from the one-call reader */
 static int torch_by_facts(void* h, PyObject* want, long long want_device,
                           int grad_ok, unsigned long long* addr) {
@@ -382,10 +391,7 @@ static int torch_by_facts(void* h, PyObject* want, long long want_device,
             f.layout != shim.strided || f.dtype < 0 || f.dtype >= MAX_CODES || !code_typestr[f.dtype] ||
             !f.contiguous || (!grad_ok && f.requires_grad))
         return 0;
-    if (code_typestr[f.dtype] != want && PyUnicode_Compare(code_typestr[f.dtype], want) != 0) {
-        PyErr_Clear();
-        return 0;
-    }
+    if (!same_typestr(code_typestr[f.dtype], want)) return 0;
     /* no storage: declined, as the shim's address query fails for it */
     if (!f.has_storage ||
             (f.numel > 0 && !in_storage(f.numel, f.storage_nbytes, f.storage_offset, code_itemsize[f.dtype], f.data)))
@@ -421,10 +427,7 @@ static int torch_by_shim(ForeignType* ft, PyObject* v, PyObject* want, long long
             !ASK(S_DTYPE, shim_i32_fn, h, &code) || code < 0 || code >= MAX_CODES ||
             !code_typestr[code])
         return 0;
-    if (code_typestr[code] != want && PyUnicode_Compare(code_typestr[code], want) != 0) {
-        PyErr_Clear();
-        return 0;
-    }
+    if (!same_typestr(code_typestr[code], want)) return 0;
     long long nested = 1, grad = 1;
     if (!as_long(read_accessor(ft, A_IS_NESTED, v), &nested) || nested ||
             !ASK(S_IS_CONTIGUOUS, shim_bool_fn, h, &dense) || !dense ||
@@ -466,10 +469,7 @@ int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, i
     }
     Py_DECREF(dtype);
     PyObject* want = PyTuple_GET_ITEM(token, 0);
-    if (!typestr || (typestr != want && PyUnicode_Compare(typestr, want) != 0)) {
-        PyErr_Clear();
-        return 0;
-    }
+    if (!typestr || !same_typestr(typestr, want)) return 0;
     long long want_device = PyLong_AsLongLong(PyTuple_GET_ITEM(token, 1));
     if (want_device == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
     long long contiguous = 0, device = -1, ptr = 0;

@@ -279,6 +279,24 @@ static inline Py_ssize_t launcher_pack(Launcher* L, PyObject* const* args, int* 
     return 0;
 }
 
+/* cuLaunchKernel with this launcher's configuration and buffer, on `stream` */
+static inline int launch_now(Launcher* L, void* stream) {
+    return L->launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
+                     L->dims[5], L->dims[6], stream, L->params, L->extra);
+}
+
+/* not a CUresult: the launch goes to the Python path, which decides and names what is wrong */
+enum { HAND_OVER = -1 };
+
+/* the same with the kernel's context pushed for the call; HAND_OVER where it cannot be */
+static inline int launch_pushed(Launcher* L, void* ctx, void* stream) {
+    if (kjit_cu.ctx_push(ctx) != 0) return HAND_OVER;
+    int err = launch_now(L, stream);
+    void* popped = NULL;
+    kjit_cu.ctx_pop(&popped);
+    return err;
+}
+
 /* The launch itself. The kernel's context need not be asked for first: the driver refuses a
  * function of another context (CUDA_ERROR_INVALID_HANDLE, or INVALID_CONTEXT with none
  * current) on any stream not of the function's context, before anything runs, without a sticky
@@ -327,33 +345,19 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
         if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
     }
     PyThreadState* ts = kjit_gil_release();   /* _gil.c: only where another thread can run */
-    int err = elsewhere ? kjit_cu.ctx_push(ctx) : 0;
-    if (likely(!err)) {
-        KJIT_MARK(3);
-        err = L->launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
-                        L->dims[5], L->dims[6], stream, L->params, L->extra);
-        KJIT_MARK(4);
-        if (elsewhere) {
-            void* popped = NULL;
-            kjit_cu.ctx_pop(&popped);
-        }
-    }
-    int hand_over = 0;
+    KJIT_MARK(3);
+    int err = elsewhere ? launch_pushed(L, ctx, stream) : launch_now(L, stream);
+    KJIT_MARK(4);
     if (unlikely(err) && !elsewhere) {   /* refused: which context is current? */
         void* current = NULL;
         if (kjit_cu.ctx_current(&current) != 0) current = NULL;
         if (current != ctx) {
             L->ask = 1;   /* only this thread (the owner) reads or writes it */
-            if ((L->flags & L_HAS_ARRAYS) && (err = kjit_cu.ctx_push(ctx)) == 0) {
-                err = L->launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
-                                L->dims[5], L->dims[6], stream, L->params, L->extra);
-                void* popped = NULL;
-                kjit_cu.ctx_pop(&popped);
-            } else hand_over = 1;
+            err = (L->flags & L_HAS_ARRAYS) ? launch_pushed(L, ctx, stream) : HAND_OVER;
         }
     }
     if (ts) PyEval_RestoreThread(ts);
-    if (unlikely(hand_over)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
+    if (unlikely(err == HAND_OVER)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
     if (unlikely(err)) return PyObject_CallFunction(L->on_error, "iK", err, (unsigned long long)(uintptr_t)stream);
     KJIT_MARK(5);
     Py_RETURN_NONE;
