@@ -321,6 +321,42 @@ def test_cupy_arrays_and_streams_on_device_1(two_gpus):
         np.testing.assert_allclose(cp.asnumpy(y), 2 * xh.astype(np.float64) + yh, rtol=1e-6, atol=1e-6)
 
 
+@kjit.kernel
+def late_fill():
+    # waits ~50 ms before writing: work queued behind it on its stream must wait
+    return r'''
+    extern "C" __global__ void late_fill(float* x, float v, int n) {
+        unsigned long long start, now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+        do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < 50000000ull);
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) x[i] = v;
+    }'''
+
+
+def test_a_launch_given_no_stream_follows_cupys_stream_of_its_arrays_device(two_gpus):
+    """CuPy keeps a current stream per device; arrays of device 1 launched on while device 0 is
+    current run on device 1's, as CuPy's own kernels would with device 1 current."""
+    cp = import_cupy()
+    xh = floats()
+    with cp.cuda.Device(1):
+        s1 = cp.cuda.Stream(non_blocking=True)
+        s1.use()
+    try:
+        for _ in range(3):   # the first launch goes through Python, the later ones through C
+            with cp.cuda.Device(1):
+                x, y = cp.asarray(xh), cp.zeros(N, cp.float32)
+                cp.cuda.Device(1).synchronize()
+            late_fill[GRID, 256, s1](y, 1.0, N)
+            with cp.cuda.Device(0):
+                saxpy[GRID, 256](2.0, x, y, N)   # must queue behind the fill on s1
+            s1.synchronize()
+            np.testing.assert_allclose(cp.asnumpy(y), 2 * xh + 1, rtol=1e-6, atol=1e-6)
+    finally:
+        with cp.cuda.Device(1):
+            cp.cuda.Stream.null.use()
+
+
 def test_peer_access_is_the_programs_explicit_choice(two_gpus):
     if not kjit.Device(1).can_access_peer(0):
         pytest.skip("device 1 cannot access device 0's memory (no peer access)")

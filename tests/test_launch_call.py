@@ -534,3 +534,20 @@ def test_the_c_packer_matches_a_dtype_equal_to_the_learned_one():
         for a, expect in zip(arrays, (0x7100, where)):
             assert pack(spec, tokens, (a,), ctypes.addressof(buf), type) == 0
             assert struct.unpack("<Q", buf.raw)[0] == expect
+
+
+def test_a_frameworks_stream_reader_is_taken_only_as_cupys_by_its_c_signature():
+    """The C launcher calls CuPy's stream reader as `intptr_t (int)`: a capsule of any other
+    signature, or a reader for PyTorch, is refused before it could be called."""
+    from kjit.runtime.libcuda import c_function
+    register = c_function("register_stream")
+    if register is None:
+        pytest.skip("the C extension (kjit/runtime/_launch.c) is not built")
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    name = b"intptr_t (void)"   # outlives the capsule, which keeps a pointer to it
+    wrong = new(1, name, None)
+    with pytest.raises(TypeError, match=r"CuPy's, a capsule named \"intptr_t \(int\)\""):
+        register(2, lambda device: None, wrong)
+    with pytest.raises(TypeError, match="CuPy's"):
+        register(1, lambda device: None, object())

@@ -100,6 +100,44 @@ def test_a_launch_without_a_stream_runs_on_cupys_current_stream():
         assert bool((x == 6.0).all()), "the increment ran before the fill finished"
 
 
+@pytest.mark.parametrize("reader", ["CuPy's C reader", "CuPy's Python getter"])
+def test_cupys_current_stream_is_read_without_a_python_call(reader):
+    """The C launcher reads CuPy's current stream through get_stream_ptr, the C function CuPy's
+    own kernels read it with, once kjit has checked it against cupy.cuda.get_current_stream;
+    the Python getter it replaces is kept for a CuPy without it, and both follow the stream."""
+    cp = import_cupy()
+    from kjit.runtime import cupy_capi, libcuda
+    from kjit.runtime.stream import CUPY, stream_getter
+    capsule = cupy_capi.stream_reader()
+    assert capsule is not None, "this CuPy's get_stream_ptr was not found, or disagreed with CuPy"
+    x = cp.zeros(N, cp.float32)
+    add_one[GRID, 256](x, N)   # the Python path learns CuPy arrays and registers the reader
+    register = libcuda.c_function("register_stream")
+    asked = []
+
+    def getter(device):
+        asked.append(device)
+        return cp.cuda.get_current_stream(device)
+
+    register(CUPY, getter, capsule if reader == "CuPy's C reader" else None)
+    try:
+        s = cp.cuda.Stream(non_blocking=True)
+        for _ in range(3):
+            x = cp.zeros(N, cp.float32)
+            cp.cuda.Device().synchronize()
+            slow_fill[GRID, 256, s](x, 5.0, N, SPIN_NS)
+            with s:
+                add_one[GRID, 256](x, N)
+            s.synchronize()
+            assert bool((x == 6.0).all()), "the increment ran before the fill finished"
+    finally:
+        register(CUPY, stream_getter(CUPY), capsule)
+    if reader == "CuPy's C reader":
+        assert asked == [], "the C launcher called CuPy's Python getter"
+    else:
+        assert asked and set(asked) == {0}
+
+
 def test_kjit_arrays_keep_the_legacy_stream_and_mixed_streams_are_refused():
     cp = import_cupy()
     y = kjit.zeros(N, np.float32)

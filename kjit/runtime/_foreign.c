@@ -58,7 +58,13 @@ static int n_types = 0;
 static struct { PyObject* dtype; PyObject* typestr; } dtypes[MAX_DTYPES];   /* -> kjit typestr */
 static int n_dtypes = 0;
 
-static PyObject* stream_getters[3] = {NULL, NULL, NULL};   /* by kind: torch(device), cupy() */
+static PyObject* stream_getters[3] = {NULL, NULL, NULL};   /* by kind, each getter(device) */
+/* CuPy's C reader of a device's current stream (cupy_backends.cuda.stream's get_stream_ptr,
+ * from its __pyx_capi__; kjit/runtime/cupy_capi.py checks it against CuPy's Python answer):
+ * one C call where the getter makes a Stream object. NULL: the getter. */
+#define CUPY_STREAM_SIGNATURE "intptr_t (int)"
+typedef intptr_t (*cupy_stream_fn)(int);
+static cupy_stream_fn cupy_stream = NULL;
 
 /* PyTorch's C shim: the plain C functions AOTInductor's compiled code reads tensors and the
  * current stream with (torch/csrc/inductor/aoti_torch/c/shim.h). A handle is an at::Tensor*,
@@ -295,16 +301,27 @@ PyObject* kjit_register_foreign(PyObject* self, PyObject* const* a, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
-/* register_stream(kind, getter): torch's getter takes the device index and returns the raw
- * stream (torch._C._cuda_getCurrentRawStream); CuPy's takes nothing and returns a Stream whose
- * .ptr is the handle (cupy.cuda.get_current_stream). */
+/* register_stream(kind, getter[, reader]): each getter takes the device index; torch's returns
+ * the raw stream (torch._C._cuda_getCurrentRawStream), CuPy's a Stream whose .ptr is the handle
+ * (cupy.cuda.get_current_stream). reader: for CuPy, the capsule of its C reader (above), or
+ * None. */
 PyObject* kjit_register_stream(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
-    long kind = nargs == 2 ? PyLong_AsLong(a[0]) : -1;
+    long kind = nargs == 2 || nargs == 3 ? PyLong_AsLong(a[0]) : -1;
     if (kind != FOREIGN_TORCH && kind != FOREIGN_CUPY) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "register_stream(kind: 1 | 2, getter)");
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "register_stream(kind: 1 | 2, getter[, reader])");
         return NULL;
     }
+    cupy_stream_fn reader = NULL;
+    if (nargs == 3 && a[2] != Py_None) {
+        if (kind != FOREIGN_CUPY || !PyCapsule_IsValid(a[2], CUPY_STREAM_SIGNATURE)) {
+            PyErr_SetString(PyExc_TypeError, "register_stream: the reader is CuPy's, a capsule named "
+                            "\"" CUPY_STREAM_SIGNATURE "\"");
+            return NULL;
+        }
+        reader = (cupy_stream_fn)PyCapsule_GetPointer(a[2], CUPY_STREAM_SIGNATURE);
+    }
     Py_XSETREF(stream_getters[kind], Py_NewRef(a[1]));
+    if (kind == FOREIGN_CUPY) cupy_stream = reader;
     Py_RETURN_NONE;
 }
 
@@ -314,9 +331,17 @@ static int stream_of(int kind, PyObject* device, void** out) {
         if (index == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
         return shim.stream((int32_t)index, out) == 0;
     }
+    if (kind == FOREIGN_CUPY && cupy_stream) {
+        long index = PyLong_AsLong(device);
+        if (index == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        intptr_t p = cupy_stream((int)index);   /* Cython's: -1 with an exception on failure */
+        if (p == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        *out = (void*)p;
+        return 1;
+    }
     PyObject* fn = Py_XNewRef(stream_getters[kind]);   /* held: the call may register another */
     if (!fn) return 0;
-    PyObject* r = kind == FOREIGN_TORCH ? PyObject_CallOneArg(fn, device) : PyObject_CallNoArgs(fn);
+    PyObject* r = PyObject_CallOneArg(fn, device);
     Py_DECREF(fn);
     if (r && kind == FOREIGN_CUPY) Py_SETREF(r, PyObject_GetAttr(r, s_ptr));
     if (!r) { PyErr_Clear(); return 0; }

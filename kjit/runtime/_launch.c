@@ -548,7 +548,7 @@ static PyMethodDef methods[] = {
     {"register_torch_facts", (PyCFunction)kjit_register_torch_facts, METH_O,
      "register_torch_facts(address): a one-call tensor reader (kjit/runtime/torch_facts.py); 0: none"},
     {"register_stream", (PyCFunction)(void (*)(void))kjit_register_stream, METH_FASTCALL,
-     "register_stream(kind, getter): how to read a framework's current stream"},
+     "register_stream(kind, getter[, reader]): how to read a framework's current stream"},
     {"set_thread_stream", (PyCFunction)kjit_set_thread_stream, METH_O,
      "set_thread_stream(handle): this thread's stream for launches given none and no framework array"},
     {"gil_mode", (PyCFunction)kjit_gil_mode, METH_O, "gil_mode(0|1|2): release the GIL where another thread exists / never / always"},

@@ -197,7 +197,8 @@ def learn_foreign(value: Any, typestr: str) -> None:
             return
     except TypeError:   # an unhashable dtype: stay on this path
         return
-    from .stream import FRAMEWORKS, TORCH, stream_getter
+    from . import cupy_capi
+    from .stream import CUPY, FRAMEWORKS, TORCH, stream_getter
     kind = FRAMEWORKS.get(cls.__module__.partition(".")[0])
     register = libcuda.c_function("register_foreign") if kind else None
     if kind == TORCH and value.is_complex():   # a conjugate view is told apart in Python only
@@ -214,7 +215,8 @@ def learn_foreign(value: Any, typestr: str) -> None:
             register(cls, kind, dtype, typestr)
         getter = stream_getter(kind)
         if kind not in _streams_registered and getter is not None:
-            libcuda.c_function("register_stream")(kind, getter)
+            reader = cupy_capi.stream_reader() if kind == CUPY else None
+            libcuda.c_function("register_stream")(kind, getter, reader)
             _streams_registered.add(kind)
     _learned.add((cls, dtype))
 

@@ -237,10 +237,10 @@ def framework_kind(value: Any) -> int:
 
 
 def stream_getter(kind: int) -> Any:
-    """The framework's own reader of its current stream, as the C launcher calls it: PyTorch's
-    takes the device index and returns the raw handle (what Triton's launcher reads), CuPy's
-    takes nothing and returns a Stream. None where the framework lacks it. Found once per
-    framework: a launch given no stream asks it every time."""
+    """The framework's own reader of a device's current stream, as the C launcher calls it:
+    each takes the device index; PyTorch's returns the raw handle (what Triton's launcher
+    reads), CuPy's a Stream. None where the framework lacks it. Found once per framework: a
+    launch given no stream asks it every time."""
     getter = _getters.get(kind)
     if getter is None:
         if kind == TORCH:
@@ -260,7 +260,7 @@ def current_stream(kind: int, device: int) -> int | None:
     build without CUDA: the arguments' own checks then say what is wrong)."""
     getter = stream_getter(kind)
     try:
-        return int(getter(device)) if kind == TORCH else int(getter().ptr)
+        return int(getter(device)) if kind == TORCH else int(getter(device).ptr)
     except Exception:
         return None
 
@@ -268,8 +268,8 @@ def current_stream(kind: int, device: int) -> int | None:
 def framework_stream(args: tuple, device: int, kernel: str) -> int:
     """The stream a launch given none runs on: the current stream of the framework whose
     arrays it receives (PyTorch: torch.cuda.current_stream(device), so also the capture stream
-    inside torch.cuda.graph; CuPy: cupy.cuda.get_current_stream()); the legacy stream (0) when
-    it receives none. Tensors of both frameworks whose current streams differ are refused:
+    inside torch.cuda.graph; CuPy: cupy.cuda.get_current_stream(device)), read for the launch's
+    device whichever device is current; the legacy stream (0) when it receives none. Tensors of both frameworks whose current streams differ are refused:
     kjit cannot tell which work the launch must follow."""
     seen = 0
     for a in args:
