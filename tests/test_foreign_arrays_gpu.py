@@ -211,3 +211,46 @@ def test_a_launch_made_by_python_code_that_reading_an_argument_runs_keeps_both_r
     torch.cuda.synchronize()
     assert not armed        # the hook ran, inside the launch
     assert (int(out.get()[0]), int(inner_out.get()[0])) == (5, 7)
+
+
+def test_cupy_arrays_are_read_in_place_where_cupys_own_getters_answer():
+    """kjit reads a CuPy array's dtype, contiguity and address from the fields CuPy's getters
+    return (their offsets observed on probe arrays, cupy_capi.py): arrays the probes never saw
+    agree with the getters, and the C packer writes their addresses and declines the rest."""
+    import ctypes
+    import struct
+
+    from kjit.runtime import cupy_capi
+    from kjit.runtime.libcuda import c_function
+    from kjit.runtime.memory import DeviceArray
+    cp = import_cupy()
+    layout = cupy_capi.array_layout()
+    assert layout is not None, "CuPy's array fields were not found in one place each"
+
+    class Sub(cp.ndarray):
+        pass
+
+    base = cp.arange(4096, dtype=cp.float32)
+    arrays = [base[7:], base.reshape(64, 64)[3], cp.zeros((5, 3), cp.float64).T, base.view(cp.int32)[:9],
+              cp.empty(0, cp.float32), base[::5], base[3:].view(Sub)]
+    for a in arrays:
+        assert ctypes.c_void_p.from_address(id(a) + layout.dtype).value == id(a.dtype)
+        assert ctypes.c_int32.from_address(id(a) + layout.contiguous).value == a._c_contiguous
+        assert ctypes.c_void_p.from_address(id(a) + layout.data).value == id(a.data)
+        assert ctypes.c_uint64.from_address(id(a.data) + layout.ptr).value == a.data.ptr
+    y = cp.zeros(64, cp.float32)
+    kjit.load(kjit.compile(AXPY)).get_function("axpy")[1, 64](1.0, y, y, 64)   # learns CuPy arrays
+    pack = c_function("pack")
+    buf = ctypes.create_string_buffer(8)
+
+    def packed(a, typestr="<f4"):
+        r = pack(struct.pack("<ii", 20, 0), ((typestr, 0),), (a,), ctypes.addressof(buf), DeviceArray)
+        return r, struct.unpack("<Q", buf.raw)[0]
+
+    assert packed(base[7:]) == (0, base.data.ptr + 28)
+    assert packed(base.reshape(64, 64)[3]) == (0, base.data.ptr + 3 * 64 * 4)
+    assert packed(base[::5])[0] == 1, "a strided array must go to the Python path"
+    assert packed(base, "<f8")[0] == 1, "float32 memory must not pass for float64"
+    sub = base[3:].view(Sub)
+    kjit.load(kjit.compile(AXPY)).get_function("axpy")[1, 64](0.0, sub, sub, 64)   # learns Sub
+    assert packed(sub) == (0, base.data.ptr + 12)

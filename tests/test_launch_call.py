@@ -551,3 +551,19 @@ def test_a_frameworks_stream_reader_is_taken_only_as_cupys_by_its_c_signature():
         register(2, lambda device: None, wrong)
     with pytest.raises(TypeError, match="CuPy's"):
         register(1, lambda device: None, object())
+
+
+def test_cupys_array_layout_is_taken_only_whole_and_in_bounds():
+    """The C packer reads CuPy's fields at the offsets it is handed: getters that are not
+    getset descriptors, or an offset outside the object, are refused."""
+    from kjit.runtime.libcuda import c_function
+    register = c_function("register_cupy_layout")
+    if register is None:
+        pytest.skip("the C extension (kjit/runtime/_launch.c) is not built")
+    getter = type.__dict__["__name__"]   # a getset descriptor
+    with pytest.raises(TypeError, match="register_cupy_layout"):
+        register(getter, getter, object(), int, 96, 80, 104, 24)
+    with pytest.raises(TypeError, match="register_cupy_layout"):
+        register(getter, getter, getter, int, 96, 80, 104, 4096 * 2)
+    with pytest.raises(TypeError, match="register_cupy_layout"):
+        register(getter, getter, getter, int, 96, 80, 104, int.__basicsize__)   # past the pointer object

@@ -206,6 +206,50 @@ static PyObject* read_pointer_attr(PyObject* data, int i) {
     return d ? call_descriptor(d, data) : PyObject_GetAttr(data, name);
 }
 
+/* A CuPy array's fields read in place (kjit/runtime/cupy_capi.py observes where its type holds
+ * them, checking each against CuPy's getter): while the array's type still has CuPy's own
+ * getters for dtype, _c_contiguous and data, and its data is a MemoryPointer, those fields are
+ * what the getters would answer, with no call into CuPy per field. */
+enum { C_DTYPE, C_CONTIGUOUS, C_DATA, N_CUPY_FIELDS };
+static const int cupy_field_accessor[N_CUPY_FIELDS] = {A_DTYPE, A_C_CONTIGUOUS, A_DATA};
+static struct {
+    PyObject* getter[N_CUPY_FIELDS];   /* CuPy's getset descriptors */
+    Py_ssize_t at[N_CUPY_FIELDS];      /* their fields' offsets in the array */
+    Py_ssize_t end;                    /* the array object holds them all below this */
+    PyTypeObject* pointer_type;        /* cupy.cuda.memory.MemoryPointer */
+    Py_ssize_t ptr_at;                 /* its `ptr` field */
+} cupy_layout;
+
+/* register_cupy_layout(dtype, contiguous, data getters, MemoryPointer, dtype, contiguous,
+ * data offsets, ptr offset) */
+PyObject* kjit_register_cupy_layout(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
+    Py_ssize_t at[N_CUPY_FIELDS + 1];
+    if (nargs != 2 * N_CUPY_FIELDS + 2 || !PyType_Check(a[N_CUPY_FIELDS])) goto usage;
+    for (int i = 0; i < N_CUPY_FIELDS; i++)
+        if (!Py_IS_TYPE(a[i], &PyGetSetDescr_Type)) goto usage;
+    for (int i = 0; i <= N_CUPY_FIELDS; i++) {
+        at[i] = PyLong_AsSsize_t(a[N_CUPY_FIELDS + 1 + i]);
+        if (at[i] == -1 && PyErr_Occurred()) return NULL;
+        if (at[i] < (Py_ssize_t)sizeof(PyObject) || at[i] > 4096) goto usage;
+    }
+    PyTypeObject* pointer_type = (PyTypeObject*)a[N_CUPY_FIELDS];
+    if (at[N_CUPY_FIELDS] + (Py_ssize_t)sizeof(intptr_t) > pointer_type->tp_basicsize) goto usage;
+    for (int i = 0; i < N_CUPY_FIELDS; i++) Py_XSETREF(cupy_layout.getter[i], Py_NewRef(a[i]));
+    cupy_layout.end = 0;
+    for (int i = 0; i < N_CUPY_FIELDS; i++) {
+        cupy_layout.at[i] = at[i];
+        Py_ssize_t end = at[i] + (i == C_CONTIGUOUS ? (Py_ssize_t)sizeof(int) : (Py_ssize_t)sizeof(PyObject*));
+        if (end > cupy_layout.end) cupy_layout.end = end;
+    }
+    Py_XSETREF(cupy_layout.pointer_type, (PyTypeObject*)Py_NewRef(pointer_type));
+    cupy_layout.ptr_at = at[N_CUPY_FIELDS];
+    Py_RETURN_NONE;
+usage:
+    PyErr_SetString(PyExc_TypeError, "register_cupy_layout(dtype getter, _c_contiguous getter, data getter, "
+                    "MemoryPointer type, dtype offset, _c_contiguous offset, data offset, ptr offset)");
+    return NULL;
+}
+
 /* register_torch_shim(readers, stream, cuda, strided, offset): the readers' addresses (a
  * tuple, N_READERS long), the current-stream reader's (0: none), the device type and layout
  * codes of a CUDA tensor, and where a tensor object holds its at::Tensor (0: not known) */
@@ -356,11 +400,15 @@ static int stream_of(int kind, PyObject* device, void** out) {
 /* The stream of a launch given none and no framework array: the legacy stream, or, while this
  * thread captures a kjit graph (kjit/runtime/graph.py), the capture stream. */
 static _Thread_local void* thread_stream = NULL;
+/* whether any thread has set one: until then a launch reads no thread-local variable, which in
+ * a loaded library is a call into the dynamic linker */
+static int any_thread_stream = 0;
 
 PyObject* kjit_set_thread_stream(PyObject* self, PyObject* arg) {
     unsigned long long h = kjit_as_u64(arg);
     if (h == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     thread_stream = (void*)(uintptr_t)h;
+    if (h) any_thread_stream = 1;
     Py_RETURN_NONE;
 }
 
@@ -369,7 +417,10 @@ PyObject* kjit_set_thread_stream(PyObject* self, PyObject* arg) {
  * path then asks again and reports what is wrong: two frameworks whose current streams differ). */
 int kjit_framework_stream(int seen, PyObject* device, void** out) {
     void *torch_stream = NULL, *cupy_stream = NULL;
-    if (!seen) { *out = thread_stream; return 1; }
+    if (!seen) {
+        *out = any_thread_stream ? thread_stream : NULL;
+        return 1;
+    }
     if ((seen & (1 << FOREIGN_TORCH)) && !stream_of(FOREIGN_TORCH, device, &torch_stream)) return 0;
     if ((seen & (1 << FOREIGN_CUPY)) && !stream_of(FOREIGN_CUPY, device, &cupy_stream)) return 0;
     if ((seen & (1 << FOREIGN_TORCH)) && (seen & (1 << FOREIGN_CUPY)) && torch_stream != cupy_stream)
@@ -467,6 +518,49 @@ static int torch_by_shim(ForeignType* ft, PyObject* v, PyObject* want, long long
     return 1;
 }
 
+/* kjit's typestr for a learned dtype (borrowed), or NULL */
+static PyObject* typestr_of(PyObject* dtype) {
+    for (int i = 0; i < n_dtypes; i++)
+        if (dtypes[i].dtype == dtype) return dtypes[i].typestr;
+    /* an equal dtype that is another object, of the same type: numpy's dtype equals what it
+     * would convert from (None is float64, 'float32' float32), so none of those may answer */
+    for (int i = 0; i < n_dtypes; i++) {
+        if (Py_TYPE(dtypes[i].dtype) != Py_TYPE(dtype)) continue;
+        int eq = PyObject_RichCompareBool(dtypes[i].dtype, dtype, Py_EQ);
+        if (eq < 0) PyErr_Clear();
+        else if (eq) return dtypes[i].typestr;
+    }
+    return NULL;
+}
+
+/* A CuPy array read in place (cupy_layout, above): 1 with *addr set, 0 declined (the Python path
+ * says why), -1 where the layout does not apply (its getters are asked instead). */
+static int cupy_in_place(ForeignType* ft, PyObject* v, PyObject* token, unsigned long long* addr) {
+    PyTypeObject* t = Py_TYPE(v);
+    unsigned int version = t->tp_version_tag;
+    if (!cupy_layout.pointer_type || !version || t->tp_basicsize < cupy_layout.end) return -1;
+    if (version != ft->version) resolve_accessors(ft);
+    if (version != ft->version) return -1;
+    for (int i = 0; i < N_CUPY_FIELDS; i++)
+        if (ft->accessors[cupy_field_accessor[i]] != cupy_layout.getter[i]) return -1;
+    PyObject* dtype = *(PyObject**)((char*)v + cupy_layout.at[C_DTYPE]);
+    PyObject* data = *(PyObject**)((char*)v + cupy_layout.at[C_DATA]);
+    if (!dtype || !data || Py_TYPE(data) != cupy_layout.pointer_type) return -1;
+    if (!*(int*)((char*)v + cupy_layout.at[C_CONTIGUOUS])) return 0;
+    Py_INCREF(data);   /* held: comparing a dtype or asking a device may run Python */
+    Py_INCREF(dtype);
+    PyObject* typestr = typestr_of(dtype);
+    Py_DECREF(dtype);
+    long long want_device = PyLong_AsLongLong(PyTuple_GET_ITEM(token, 1));
+    if (want_device == -1 && PyErr_Occurred()) PyErr_Clear();
+    long long device = 0;   /* with one device in the process, every CuPy array is on device 0 */
+    int ok = typestr && same_typestr(typestr, PyTuple_GET_ITEM(token, 0)) && want_device >= 0 &&
+             (one_device() || as_long(read_pointer_attr(data, P_DEVICE_ID), &device)) && device == want_device;
+    if (ok) *addr = (unsigned long long)*(intptr_t*)((char*)data + cupy_layout.ptr_at);
+    Py_DECREF(data);
+    return ok;
+}
+
 /* 0: declined; else the array's framework kind (FOREIGN_TORCH, FOREIGN_CUPY), its address in
  * *addr. A tensor that requires grad is declined unless `grad_ok` (a PyTorch operator's
  * implementation, which runs below autograd). */
@@ -479,19 +573,13 @@ int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, i
         return torch_by_shim(ft, v, PyTuple_GET_ITEM(token, 0), want_device, grad_ok, addr)
                    ? FOREIGN_TORCH : 0;
     }
+    if (ft->kind == FOREIGN_CUPY) {
+        int r = cupy_in_place(ft, v, token, addr);
+        if (r >= 0) return r ? FOREIGN_CUPY : 0;
+    }
     PyObject* dtype = read_accessor(ft, A_DTYPE, v);
     if (!dtype) { PyErr_Clear(); return 0; }
-    PyObject* typestr = NULL;   /* borrowed */
-    for (int i = 0; i < n_dtypes && !typestr; i++)
-        if (dtypes[i].dtype == dtype) typestr = dtypes[i].typestr;
-    /* an equal dtype that is another object, of the same type: numpy's dtype equals what it
-     * would convert from (None is float64, 'float32' float32), so none of those may answer */
-    for (int i = 0; i < n_dtypes && !typestr; i++) {
-        if (Py_TYPE(dtypes[i].dtype) != Py_TYPE(dtype)) continue;
-        int eq = PyObject_RichCompareBool(dtypes[i].dtype, dtype, Py_EQ);
-        if (eq < 0) PyErr_Clear();
-        else if (eq) typestr = dtypes[i].typestr;
-    }
+    PyObject* typestr = typestr_of(dtype);   /* borrowed */
     Py_DECREF(dtype);
     PyObject* want = PyTuple_GET_ITEM(token, 0);
     if (!typestr || !same_typestr(typestr, want)) return 0;

@@ -211,22 +211,23 @@ static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
  * A launch costs what it touches: between two launches the driver's own work (microseconds)
  * leaves this code's cache lines and branch history cold, so a launcher keeps what a launch
  * reads in one allocation (its fields, a slot per parameter, its own parameter buffer) and
- * writes only what changed: a slot holds the int or float it wrote last, and the same object
- * again (an int or float never changes) finds its bytes already in place. The buffer is this
- * launcher's alone, so nothing else overwrites them; arrays are read on every launch. */
+ * writes only what changed: it holds, per parameter, the int or float it wrote last, and the
+ * same object again (an int or float never changes) finds its bytes already in place. Those
+ * held objects lie together, right after the fields, so a launch whose scalars are unchanged
+ * reads one or two cache lines for them. The buffer is this launcher's alone, so nothing else
+ * overwrites them; arrays are read on every launch. */
 enum { L_AUTO_STREAM = 1, L_GRAD_OK = 2, L_HAS_ARRAYS = 4 };   /* kernel.py's, checked as above */
 #define NO_CONTEXT UINT64_MAX   /* a destroyed context's cell (kernel.py's NO_CONTEXT) */
 typedef struct {
     int32_t kind, offset;
     PyObject* token;        /* borrowed from `tokens` */
-    PyObject* held;         /* the scalar whose bytes are in the buffer; NULL: none */
 } Slot;
 
 typedef struct {
     PyObject_VAR_HEAD       /* the size: of what follows the fields, in bytes */
-    vectorcallfunc vectorcall;
     /* what every launch reads, together */
     kjit_launch_fn launch;  /* libcuda's, from kjit_cu: read here, beside the rest */
+    PyObject** held;        /* per parameter: the scalar whose bytes are in the buffer; NULL: none */
     Py_ssize_t nargs;
     unsigned long owner;    /* the thread launching in C (the kernel's first): another one could
                              * rewrite the buffer while the driver reads it, the GIL released */
@@ -241,21 +242,23 @@ typedef struct {
     void* stream;
     void** params;          /* kernelParams: a pointer per parameter into `buf`, or NULL */
     void** extra;           /* else the buffer as one block: points at `block` */
-    char* buf;
-    PyTypeObject* array_type;
     PyObject* last;         /* list: last[0] = name (the kernel an async error is blamed on) */
     PyObject* name;
+    /* what a launch reads for an argument that changed */
+    char* buf;
     Slot* slots;
-    void* block[5];
+    PyTypeObject* array_type;
+    void* block[5];         /* read by the driver */
     size_t block_size;
     /* the rest */
+    vectorcallfunc vectorcall;
     PyObject* fallback;     /* Python launcher: fallback(*args) */
     PyObject* on_error;     /* on_error(CUresult): raises the launch's error */
     PyObject* tokens;       /* tuple */
     PyObject* ctx_cell;     /* owns *ctx: the kernel's cell, set to all ones once its context
                              * is destroyed (no context is there: every launch hands over) */
     PyObject* device;       /* the kernel's device ordinal, for torch's current stream */
-    /* then: the slots, the buffer, the kernelParams array */
+    /* then: the held objects, the slots, the buffer, the kernelParams array */
 } Launcher;
 
 #define likely(x) __builtin_expect(!!(x), 1)
@@ -264,19 +267,34 @@ typedef struct {
 /* 0: every argument written; 1 + the index of the first the Python path must handle; -2 with
  * an exception set */
 static inline Py_ssize_t launcher_pack(Launcher* L, PyObject* const* args, int* seen) {
-    Slot* s = L->slots;
-    for (Py_ssize_t i = 0; i < L->nargs; i++, s++) {
+    PyObject** held = L->held;
+    for (Py_ssize_t i = 0; i < L->nargs; i++) {
         PyObject* v = args[i];
-        if (v == s->held) continue;   /* the very int or float written last: already in place */
+        if (v == held[i]) continue;   /* the very int or float written last: already in place */
+        const Slot* s = &L->slots[i];
         int r = put_arg(s->kind, s->token, v, L->buf + s->offset, L->array_type, seen,
                         L->flags & L_GRAD_OK);
         if (unlikely(r <= 0)) {
-            Py_CLEAR(s->held);
+            Py_CLEAR(held[i]);
             return r < 0 ? -2 : i + 1;
         }
-        if (s->kind < K_ARRAY) Py_XSETREF(s->held, Py_NewRef(v));   /* arrays: never held */
+        if (s->kind < K_ARRAY) Py_XSETREF(held[i], Py_NewRef(v));   /* arrays: never held */
     }
     return 0;
+}
+
+/* The driver's work in a launch pushes what this launcher reads out of the nearest caches, and
+ * the next launch (a loop's next call, mostly) reads it first: it is fetched back while this
+ * call returns to Python. A prefetch never faults, so a pointer gone stale costs nothing. */
+static inline void prefetch_next(Launcher* L) {
+    __builtin_prefetch(L);
+    __builtin_prefetch((char*)L + 64);
+    __builtin_prefetch((char*)L + 128);
+    __builtin_prefetch(L->held);
+    __builtin_prefetch(L->ctx);
+    __builtin_prefetch(L->last);
+    __builtin_prefetch(((PyListObject*)L->last)->ob_item);
+    __builtin_prefetch(&hot);
 }
 
 /* cuLaunchKernel with this launcher's configuration and buffer, on `stream` */
@@ -359,6 +377,7 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     if (ts) PyEval_RestoreThread(ts);
     if (unlikely(err == HAND_OVER)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
     if (unlikely(err)) return PyObject_CallFunction(L->on_error, "iK", err, (unsigned long long)(uintptr_t)stream);
+    prefetch_next(L);
     KJIT_MARK(5);
     Py_RETURN_NONE;
 }
@@ -376,7 +395,7 @@ static int launcher_traverse(PyObject* op, visitproc visit, void* arg) {
     Launcher* L = (Launcher*)op;
     Py_VISIT(L->fallback); Py_VISIT(L->on_error); Py_VISIT(L->tokens); Py_VISIT(L->array_type);
     Py_VISIT(L->last); Py_VISIT(L->name); Py_VISIT(L->device); Py_VISIT(L->ctx_cell);
-    for (Py_ssize_t i = 0; i < L->nargs; i++) Py_VISIT(L->slots[i].held);
+    for (Py_ssize_t i = 0; i < L->nargs; i++) Py_VISIT(L->held[i]);
     return 0;
 }
 
@@ -387,7 +406,7 @@ static int launcher_clear(PyObject* op) {
     Py_CLEAR(L->ctx_cell);
     for (Py_ssize_t i = 0; i < L->nargs; i++) {
         L->slots[i].token = NULL;   /* was `tokens`' */
-        Py_CLEAR(L->slots[i].held);
+        Py_CLEAR(L->held[i]);
     }
     return 0;
 }
@@ -485,10 +504,11 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "launcher: the context cell is 8 bytes (ctypes.c_uint64)");
         return NULL;
     }
-    /* after the fields: the slots, then the buffer (16-aligned; zeroed, as the driver is handed
-     * padding too), then kernelParams */
+    /* after the fields: the held objects, the slots, then the buffer (16-aligned; zeroed, as the
+     * driver is handed padding too), then kernelParams */
     size_t buf_size = block_size ? block_size : end;
-    size_t slots_at = (sizeof(Launcher) + 15) & ~(size_t)15;
+    size_t held_at = (sizeof(Launcher) + 7) & ~(size_t)7;
+    size_t slots_at = (held_at + n * sizeof(PyObject*) + 15) & ~(size_t)15;
     size_t buf_at = (slots_at + n * sizeof(Slot) + 15) & ~(size_t)15;
     size_t params_at = (buf_at + buf_size + 15) & ~(size_t)15;
     size_t total = params_at + (block_size ? 0 : n * sizeof(void*));
@@ -496,6 +516,7 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
     if (!L) return NULL;
     char* base = (char*)L;
     size_t skew = (16 - ((uintptr_t)base & 15)) & 15;   /* objects are 16-aligned where CPython allocates */
+    L->held = (PyObject**)(base + held_at + skew);
     L->slots = (Slot*)(base + slots_at + skew);
     L->buf = base + buf_at + skew;
     memset(L->buf, 0, buf_size);
@@ -505,7 +526,7 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
         memcpy(&L->slots[i].kind, PyBytes_AS_STRING(a[2]) + 8 * i, 4);
         memcpy(&L->slots[i].offset, PyBytes_AS_STRING(a[2]) + 8 * i + 4, 4);
         L->slots[i].token = PyTuple_GET_ITEM(a[3], i);
-        L->slots[i].held = NULL;
+        L->held[i] = NULL;
     }
     L->fallback = Py_NewRef(a[0]); L->on_error = Py_NewRef(a[1]);
     L->tokens = Py_NewRef(a[3]); L->array_type = (PyTypeObject*)Py_NewRef(a[4]);
@@ -547,6 +568,8 @@ static PyMethodDef methods[] = {
      "register_torch_shim(...): PyTorch's C shim functions, for tensors and the current stream"},
     {"register_torch_facts", (PyCFunction)kjit_register_torch_facts, METH_O,
      "register_torch_facts(address): a one-call tensor reader (kjit/runtime/torch_facts.py); 0: none"},
+    {"register_cupy_layout", (PyCFunction)(void (*)(void))kjit_register_cupy_layout, METH_FASTCALL,
+     "register_cupy_layout(getters..., MemoryPointer, offsets...): where CuPy's arrays hold their fields"},
     {"register_stream", (PyCFunction)(void (*)(void))kjit_register_stream, METH_FASTCALL,
      "register_stream(kind, getter[, reader]): how to read a framework's current stream"},
     {"set_thread_stream", (PyCFunction)kjit_set_thread_stream, METH_O,

@@ -1,4 +1,5 @@
-"""CuPy's own C reader of a device's current stream, for the C launcher.
+"""What the C launcher reads of CuPy at C level: its reader of a device's current stream, and
+where its array objects hold their fields.
 
 CuPy's kernels read the stream they launch on through `get_stream_ptr(device)` of
 `cupy_backends.cuda.stream`, a Cython function CuPy exports as a C function pointer in the
@@ -6,12 +7,20 @@ module's `__pyx_capi__` (a capsule named by its C signature). The C launcher cal
 Python frame, where `cupy.cuda.get_current_stream(device).ptr` would make a Stream object and
 look its attribute up on every launch. It is handed over only after it has agreed with
 CuPy's Python answer, with a stream made current for the check and put back after it.
+
+A CuPy array (a Cython object) holds its `dtype`, `_c_contiguous` flag and `data` (a
+MemoryPointer, which holds `ptr`) as fields at offsets fixed for its type, which each of those
+getters returns. The offsets are not published, so they are observed: each is the one place
+in the object where every probe array (contiguous and not, of several element types and
+addresses) holds what its getter answers. The C packer then reads them in place, only while
+the array's type still has CuPy's own getters for them (a subclass's property is asked).
 """
 from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Any
+import types
+from typing import Any, NamedTuple
 
 SIGNATURE = b"intptr_t (int)"   # the capsule's name: Cython names it by the C signature
 
@@ -49,4 +58,62 @@ def stream_reader() -> Any:
                 return None
         return capsule if agree() else None
     except Exception:   # another CuPy, no device: the Python getter stays
+        return None
+
+
+class ArrayLayout(NamedTuple):
+    """The getters whose fields are read in place, and the fields' offsets."""
+    dtype_getter: Any
+    contiguous_getter: Any
+    data_getter: Any
+    pointer_type: type
+    dtype: int          # offsets in the array object
+    contiguous: int
+    data: int
+    ptr: int            # in the MemoryPointer
+
+
+def _word(obj: Any, offset: int) -> int:
+    return ctypes.c_uint64.from_address(id(obj) + offset).value
+
+
+def _int32(obj: Any, offset: int) -> int:
+    return ctypes.c_int32.from_address(id(obj) + offset).value
+
+
+def _only(offsets: list[int]) -> int:
+    if len(offsets) != 1:
+        raise LookupError(f"{len(offsets)} places fit")
+    return offsets[0]
+
+
+def array_layout() -> ArrayLayout | None:
+    """Where CuPy's arrays hold their fields, or None where it cannot be told for certain
+    (another CuPy, no device)."""
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return None
+    try:
+        from cupy._core.core import _ndarray_base as base
+        from cupy.cuda.memory import MemoryPointer
+        getters = [base.__dict__[name] for name in ("dtype", "_c_contiguous", "data")]
+        ptr_getter = MemoryPointer.__dict__["ptr"]
+        if not all(type(g) is types.GetSetDescriptorType for g in (*getters, ptr_getter)):
+            return None
+        x = cupy.arange(24, dtype=cupy.float32).reshape(4, 6)
+        probes = [x, x.T, x[:, ::2], x[1:], x[1:, 2:], cupy.zeros(5, cupy.int64),
+                  cupy.ones(7, cupy.float16)[::3], cupy.empty((3, 1), cupy.complex64)]
+        if len({bool(p._c_contiguous) for p in probes}) != 2 or len({p.data.ptr for p in probes}) < 4:
+            return None
+        size, words = base.__basicsize__, range(16, base.__basicsize__ - 7, 8)
+        dtype = _only([o for o in words if all(_word(p, o) == id(p.dtype) for p in probes)])
+        data = _only([o for o in words if all(_word(p, o) == id(p.data) for p in probes)])
+        contiguous = _only([o for o in range(16, size - 3, 4)
+                            if all(_int32(p, o) == int(p._c_contiguous) for p in probes)])
+        if any(type(p.data) is not MemoryPointer for p in probes):
+            return None
+        ptr = _only([o for o in range(16, MemoryPointer.__basicsize__ - 7, 8)
+                     if all(_word(p.data, o) == p.data.ptr % 2**64 for p in probes)])
+        return ArrayLayout(*getters, MemoryPointer, dtype, contiguous, data, ptr)
+    except Exception:   # another CuPy, no device, or a field in no single place: CuPy's getters
         return None

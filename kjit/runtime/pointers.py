@@ -169,11 +169,12 @@ def _tensor_address(slot: ParamSlot, t: Any) -> int:
 
 # Array types the C packer reads itself once it has seen one (kjit/runtime/_foreign.c): a
 # torch.Tensor or Parameter through PyTorch's C shim (torch_shim.py), a tensor subclass through
-# data_ptr() / is_contiguous() / get_device() / requires_grad, a CuPy array through .data.ptr /
-# .data.device_id / ._c_contiguous; .dtype through the table below. Complex tensors stay here,
+# data_ptr() / is_contiguous() / get_device() / requires_grad, a CuPy array through its fields
+# read in place (cupy_capi.py) or else .data.ptr / .data.device_id / ._c_contiguous; .dtype
+# through the table below. Complex tensors stay here,
 # where a lazy conjugate is told apart.
 _learned: set = set()
-_streams_registered: set = set()
+_frameworks_registered: set = set()
 
 
 def array_layout(cai: dict) -> tuple[str, int, int, bool]:
@@ -197,8 +198,7 @@ def learn_foreign(value: Any, typestr: str) -> None:
             return
     except TypeError:   # an unhashable dtype: stay on this path
         return
-    from . import cupy_capi
-    from .stream import CUPY, FRAMEWORKS, TORCH, stream_getter
+    from .stream import FRAMEWORKS, TORCH
     kind = FRAMEWORKS.get(cls.__module__.partition(".")[0])
     register = libcuda.c_function("register_foreign") if kind else None
     if kind == TORCH and value.is_complex():   # a conjugate view is told apart in Python only
@@ -213,12 +213,24 @@ def learn_foreign(value: Any, typestr: str) -> None:
             register(cls, kind, dtype, typestr, code, value.element_size())
         else:
             register(cls, kind, dtype, typestr)
-        getter = stream_getter(kind)
-        if kind not in _streams_registered and getter is not None:
-            reader = cupy_capi.stream_reader() if kind == CUPY else None
-            libcuda.c_function("register_stream")(kind, getter, reader)
-            _streams_registered.add(kind)
+        if kind not in _frameworks_registered:
+            _register_framework(kind)
+            _frameworks_registered.add(kind)
     _learned.add((cls, dtype))
+
+
+def _register_framework(kind: int) -> None:
+    """What the C packer reads of a framework, handed over once: the getter of its current
+    stream and, for CuPy, its C reader of it and where its arrays hold their fields."""
+    from . import cupy_capi
+    from .stream import CUPY, stream_getter
+    getter = stream_getter(kind)
+    if getter is not None:
+        reader = cupy_capi.stream_reader() if kind == CUPY else None
+        libcuda.c_function("register_stream")(kind, getter, reader)
+    layout = cupy_capi.array_layout() if kind == CUPY else None
+    if layout is not None:
+        libcuda.c_function("register_cupy_layout")(*layout)
 
 
 # DLPack device types (dlpack.h)
