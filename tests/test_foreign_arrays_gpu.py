@@ -238,6 +238,7 @@ def test_cupy_arrays_are_read_in_place_where_cupys_own_getters_answer():
         assert ctypes.c_int32.from_address(id(a) + layout.contiguous).value == a._c_contiguous
         assert ctypes.c_void_p.from_address(id(a) + layout.data).value == id(a.data)
         assert ctypes.c_uint64.from_address(id(a.data) + layout.ptr).value == a.data.ptr
+        assert ctypes.c_int32.from_address(id(a.data) + layout.device_id).value == a.data.device_id
     y = cp.zeros(64, cp.float32)
     kjit.load(kjit.compile(AXPY)).get_function("axpy")[1, 64](1.0, y, y, 64)   # learns CuPy arrays
     pack = c_function("pack")

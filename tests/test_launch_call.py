@@ -562,8 +562,8 @@ def test_cupys_array_layout_is_taken_only_whole_and_in_bounds():
         pytest.skip("the C extension (kjit/runtime/_launch.c) is not built")
     getter = type.__dict__["__name__"]   # a getset descriptor
     with pytest.raises(TypeError, match="register_cupy_layout"):
-        register(getter, getter, object(), int, 96, 80, 104, 24)
+        register(getter, getter, object(), int, 96, 80, 104, 24, 32)
     with pytest.raises(TypeError, match="register_cupy_layout"):
-        register(getter, getter, getter, int, 96, 80, 104, 4096 * 2)
+        register(getter, getter, getter, int, 96, 80, 104, 4096 * 2, 32)
     with pytest.raises(TypeError, match="register_cupy_layout"):
-        register(getter, getter, getter, int, 96, 80, 104, int.__basicsize__)   # past the pointer object
+        register(getter, getter, getter, int, 96, 80, 104, 16, int.__basicsize__)   # past the pointer object

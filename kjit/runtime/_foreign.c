@@ -217,23 +217,25 @@ static struct {
     Py_ssize_t at[N_CUPY_FIELDS];      /* their fields' offsets in the array */
     Py_ssize_t end;                    /* the array object holds them all below this */
     PyTypeObject* pointer_type;        /* cupy.cuda.memory.MemoryPointer */
-    Py_ssize_t ptr_at;                 /* its `ptr` field */
+    Py_ssize_t ptr_at, device_at;      /* its `ptr` and `device_id` fields */
 } cupy_layout;
 
 /* register_cupy_layout(dtype, contiguous, data getters, MemoryPointer, dtype, contiguous,
- * data offsets, ptr offset) */
+ * data offsets, ptr and device_id offsets) */
 PyObject* kjit_register_cupy_layout(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
-    Py_ssize_t at[N_CUPY_FIELDS + 1];
-    if (nargs != 2 * N_CUPY_FIELDS + 2 || !PyType_Check(a[N_CUPY_FIELDS])) goto usage;
+    Py_ssize_t at[N_CUPY_FIELDS + 2];
+    if (nargs != 2 * N_CUPY_FIELDS + 3 || !PyType_Check(a[N_CUPY_FIELDS])) goto usage;
     for (int i = 0; i < N_CUPY_FIELDS; i++)
         if (!Py_IS_TYPE(a[i], &PyGetSetDescr_Type)) goto usage;
-    for (int i = 0; i <= N_CUPY_FIELDS; i++) {
+    for (int i = 0; i < N_CUPY_FIELDS + 2; i++) {
         at[i] = PyLong_AsSsize_t(a[N_CUPY_FIELDS + 1 + i]);
         if (at[i] == -1 && PyErr_Occurred()) return NULL;
         if (at[i] < (Py_ssize_t)sizeof(PyObject) || at[i] > 4096) goto usage;
     }
     PyTypeObject* pointer_type = (PyTypeObject*)a[N_CUPY_FIELDS];
-    if (at[N_CUPY_FIELDS] + (Py_ssize_t)sizeof(intptr_t) > pointer_type->tp_basicsize) goto usage;
+    if (at[N_CUPY_FIELDS] + (Py_ssize_t)sizeof(intptr_t) > pointer_type->tp_basicsize ||
+            at[N_CUPY_FIELDS + 1] + (Py_ssize_t)sizeof(int) > pointer_type->tp_basicsize)
+        goto usage;
     for (int i = 0; i < N_CUPY_FIELDS; i++) Py_XSETREF(cupy_layout.getter[i], Py_NewRef(a[i]));
     cupy_layout.end = 0;
     for (int i = 0; i < N_CUPY_FIELDS; i++) {
@@ -243,10 +245,11 @@ PyObject* kjit_register_cupy_layout(PyObject* self, PyObject* const* a, Py_ssize
     }
     Py_XSETREF(cupy_layout.pointer_type, (PyTypeObject*)Py_NewRef(pointer_type));
     cupy_layout.ptr_at = at[N_CUPY_FIELDS];
+    cupy_layout.device_at = at[N_CUPY_FIELDS + 1];
     Py_RETURN_NONE;
 usage:
     PyErr_SetString(PyExc_TypeError, "register_cupy_layout(dtype getter, _c_contiguous getter, data getter, "
-                    "MemoryPointer type, dtype offset, _c_contiguous offset, data offset, ptr offset)");
+                    "MemoryPointer type, dtype offset, _c_contiguous offset, data offset, ptr offset, device_id offset)");
     return NULL;
 }
 
@@ -547,15 +550,14 @@ static int cupy_in_place(ForeignType* ft, PyObject* v, PyObject* token, unsigned
     PyObject* data = *(PyObject**)((char*)v + cupy_layout.at[C_DATA]);
     if (!dtype || !data || Py_TYPE(data) != cupy_layout.pointer_type) return -1;
     if (!*(int*)((char*)v + cupy_layout.at[C_CONTIGUOUS])) return 0;
-    Py_INCREF(data);   /* held: comparing a dtype or asking a device may run Python */
+    Py_INCREF(data);   /* held: comparing an unlearned dtype runs Python */
     Py_INCREF(dtype);
     PyObject* typestr = typestr_of(dtype);
     Py_DECREF(dtype);
     long long want_device = PyLong_AsLongLong(PyTuple_GET_ITEM(token, 1));
     if (want_device == -1 && PyErr_Occurred()) PyErr_Clear();
-    long long device = 0;   /* with one device in the process, every CuPy array is on device 0 */
-    int ok = typestr && same_typestr(typestr, PyTuple_GET_ITEM(token, 0)) && want_device >= 0 &&
-             (one_device() || as_long(read_pointer_attr(data, P_DEVICE_ID), &device)) && device == want_device;
+    int ok = typestr && same_typestr(typestr, PyTuple_GET_ITEM(token, 0)) &&
+             *(int*)((char*)data + cupy_layout.device_at) == want_device;
     if (ok) *addr = (unsigned long long)*(intptr_t*)((char*)data + cupy_layout.ptr_at);
     Py_DECREF(data);
     return ok;

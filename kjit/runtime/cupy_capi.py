@@ -9,10 +9,11 @@ look its attribute up on every launch. It is handed over only after it has agree
 CuPy's Python answer, with a stream made current for the check and put back after it.
 
 A CuPy array (a Cython object) holds its `dtype`, `_c_contiguous` flag and `data` (a
-MemoryPointer, which holds `ptr`) as fields at offsets fixed for its type, which each of those
+MemoryPointer, which holds `ptr` and `device_id`) as fields at offsets fixed for its type, which each of those
 getters returns. The offsets are not published, so they are observed: each is the one place
-in the object where every probe array (contiguous and not, of several element types and
-addresses) holds what its getter answers. The C packer then reads them in place, only while
+in the object where every probe (arrays contiguous and not, of several element types and
+addresses; MemoryPointers made over no memory for devices the machine need not have) holds
+what its getter answers. The C packer then reads them in place, only while
 the array's type still has CuPy's own getters for them (a subclass's property is asked).
 """
 from __future__ import annotations
@@ -71,6 +72,7 @@ class ArrayLayout(NamedTuple):
     contiguous: int
     data: int
     ptr: int            # in the MemoryPointer
+    device_id: int
 
 
 def _word(obj: Any, offset: int) -> int:
@@ -95,7 +97,7 @@ def array_layout() -> ArrayLayout | None:
         return None
     try:
         from cupy._core.core import _ndarray_base as base
-        from cupy.cuda.memory import MemoryPointer
+        from cupy.cuda.memory import MemoryPointer, UnownedMemory
         getters = [base.__dict__[name] for name in ("dtype", "_c_contiguous", "data")]
         ptr_getter = MemoryPointer.__dict__["ptr"]
         if not all(type(g) is types.GetSetDescriptorType for g in (*getters, ptr_getter)):
@@ -112,8 +114,12 @@ def array_layout() -> ArrayLayout | None:
                             if all(_int32(p, o) == int(p._c_contiguous) for p in probes)])
         if any(type(p.data) is not MemoryPointer for p in probes):
             return None
+        pointers = [p.data for p in probes]
+        pointers += [MemoryPointer(UnownedMemory(0x10000 * d, 0, None, d), 0) for d in (3, 5, 6)]
         ptr = _only([o for o in range(16, MemoryPointer.__basicsize__ - 7, 8)
-                     if all(_word(p.data, o) == p.data.ptr % 2**64 for p in probes)])
-        return ArrayLayout(*getters, MemoryPointer, dtype, contiguous, data, ptr)
+                     if all(_word(p, o) == p.ptr % 2**64 for p in pointers)])
+        device_id = _only([o for o in range(16, MemoryPointer.__basicsize__ - 3, 4)
+                           if all(_int32(p, o) == p.device_id for p in pointers)])
+        return ArrayLayout(*getters, MemoryPointer, dtype, contiguous, data, ptr, device_id)
     except Exception:   # another CuPy, no device, or a field in no single place: CuPy's getters
         return None
