@@ -283,20 +283,6 @@ static inline Py_ssize_t launcher_pack(Launcher* L, PyObject* const* args, int* 
     return 0;
 }
 
-/* The driver's work in a launch pushes what this launcher reads out of the nearest caches, and
- * the next launch (a loop's next call, mostly) reads it first: it is fetched back while this
- * call returns to Python. A prefetch never faults, so a pointer gone stale costs nothing. */
-static inline void prefetch_next(Launcher* L) {
-    __builtin_prefetch(L);
-    __builtin_prefetch((char*)L + 64);
-    __builtin_prefetch((char*)L + 128);
-    __builtin_prefetch(L->held);
-    __builtin_prefetch(L->ctx);
-    __builtin_prefetch(L->last);
-    __builtin_prefetch(((PyListObject*)L->last)->ob_item);
-    __builtin_prefetch(&hot);
-}
-
 /* cuLaunchKernel with this launcher's configuration and buffer, on `stream` */
 static inline int launch_now(Launcher* L, void* stream) {
     return L->launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
@@ -377,7 +363,6 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     if (ts) PyEval_RestoreThread(ts);
     if (unlikely(err == HAND_OVER)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
     if (unlikely(err)) return PyObject_CallFunction(L->on_error, "iK", err, (unsigned long long)(uintptr_t)stream);
-    prefetch_next(L);
     KJIT_MARK(5);
     Py_RETURN_NONE;
 }
