@@ -337,6 +337,21 @@ class KjitCuPy(KjitTorch):
         _check(self.name, n, float(self.state[n][0][0].get()))
 
 
+class KjitCuPyCurrent(KjitCuPy):
+    """No stream named: the launch follows CuPy's current stream, read on every launch."""
+    name = "kjit k[g, b](cupy array, ...) in `with cupy stream:`"
+
+    def prepare(self, n):
+        k = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}")
+        buf = self.cp.zeros(16, self.cp.float32)
+        args = [buf, *launch_args(n)]
+        self.state[n] = (buf, Loop("k[1, 32]({args})", args, k=k))
+
+    def batch(self, n):
+        with self.stream:
+            return super().batch(n)
+
+
 class KjitViaBindings(KjitGetitem):
     """kjit's launcher with cuda.bindings' cuLaunchKernel instead of the C call (the fallback
     when kjit/runtime/_launch.c is not built)."""
@@ -405,7 +420,8 @@ ORDER = ["C cuLaunchKernel", "C cuLaunchKernel, a separate program", "C cuLaunch
          "kjit k[grid, block, stream, 0](...)", "kjit @kernel f[grid, block](...)",
          "kjit bound launcher L(...)", "kjit k.launch(...)",
          "kjit k[g, b, torch stream](torch tensor, ...)",
-         "kjit k[g, b, cupy stream](cupy array, ...)", "kjit k[...] via cuda.bindings call",
+         "kjit k[g, b, cupy stream](cupy array, ...)", "kjit k[g, b](cupy array, ...) in `with cupy stream:`",
+         "kjit k[...] via cuda.bindings call",
          "cuda.core launch", "CuPy RawKernel", "torch tensors read through"]
 TORCH_READER = ORDER[-1]
 
@@ -447,7 +463,7 @@ def run() -> tuple[dict, dict]:
         toolkits: list[Toolkit] = [floor, C(Path(tmp)), CBlock(floor), Bindings(), KjitGetitem(), KjitStreamShared(),
                                    KjitDecorator(), KjitBound(), KjitLaunch(), KjitViaBindings()]
         for factory, args in ((PythonFloor, (Path(tmp),)), (KjitTorch, ()), (KjitCuPy, ()),
-                              (CudaCore, ()), (CuPy, ())):
+                              (KjitCuPyCurrent, ()), (CudaCore, ()), (CuPy, ())):
             try:
                 toolkits.append(factory(*args))
             except Exception as exc:  # a peer that is missing or changed its API; no compiler

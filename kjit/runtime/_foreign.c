@@ -64,7 +64,7 @@ static PyObject* stream_getters[3] = {NULL, NULL, NULL};   /* by kind, each gett
  * one C call where the getter makes a Stream object. NULL: the getter. */
 #define CUPY_STREAM_SIGNATURE "intptr_t (int)"
 typedef intptr_t (*cupy_stream_fn)(int);
-static cupy_stream_fn cupy_stream = NULL;
+static cupy_stream_fn cupy_stream_reader = NULL;
 
 /* PyTorch's C shim: the plain C functions AOTInductor's compiled code reads tensors and the
  * current stream with (torch/csrc/inductor/aoti_torch/c/shim.h). A handle is an at::Tensor*,
@@ -368,7 +368,7 @@ PyObject* kjit_register_stream(PyObject* self, PyObject* const* a, Py_ssize_t na
         reader = (cupy_stream_fn)PyCapsule_GetPointer(a[2], CUPY_STREAM_SIGNATURE);
     }
     Py_XSETREF(stream_getters[kind], Py_NewRef(a[1]));
-    if (kind == FOREIGN_CUPY) cupy_stream = reader;
+    if (kind == FOREIGN_CUPY) cupy_stream_reader = reader;
     Py_RETURN_NONE;
 }
 
@@ -378,10 +378,10 @@ static int stream_of(int kind, PyObject* device, void** out) {
         if (index == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
         return shim.stream((int32_t)index, out) == 0;
     }
-    if (kind == FOREIGN_CUPY && cupy_stream) {
+    if (kind == FOREIGN_CUPY && cupy_stream_reader) {
         long index = PyLong_AsLong(device);
         if (index == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-        intptr_t p = cupy_stream((int)index);   /* Cython's: -1 with an exception on failure */
+        intptr_t p = cupy_stream_reader((int)index);   /* Cython's: -1 with an exception on failure */
         if (p == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
         *out = (void*)p;
         return 1;
