@@ -252,3 +252,11 @@ def test_cupy_arrays_are_read_in_place_where_cupys_own_getters_answer():
     assert packed(base.reshape(64, 64)[3]) == (0, base.data.ptr + 3 * 64 * 4)
     assert packed(base[::5])[0] == 1, "a strided array must go to the Python path"
     assert packed(base, "<f8")[0] == 1, "float32 memory must not pass for float64"
+    # the packer reads the offsets it was handed: one pointing elsewhere writes another value
+    register = c_function("register_cupy_layout")
+    register(*layout._replace(ptr=layout.device_id))
+    try:
+        assert packed(base[7:])[1] != base.data.ptr + 28
+    finally:
+        register(*layout)
+    assert packed(base[7:]) == (0, base.data.ptr + 28)

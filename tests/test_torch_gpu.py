@@ -101,12 +101,13 @@ def test_a_launch_without_a_stream_runs_on_cupys_current_stream():
 
 
 @pytest.mark.parametrize("reader", ["CuPy's C reader", "CuPy's Python getter"])
-def test_cupys_current_stream_is_read_without_a_python_call(reader):
+def test_cupys_current_stream_is_read_without_a_python_call(reader, monkeypatch):
     """The C launcher reads CuPy's current stream through get_stream_ptr, the C function CuPy's
     own kernels read it with, once kjit has checked it against cupy.cuda.get_current_stream;
     the Python getter it replaces is kept for a CuPy without it, and both follow the stream."""
     cp = import_cupy()
     from kjit.runtime import cupy_capi, libcuda
+    from kjit.runtime import kernel as kernel_mod
     from kjit.runtime.stream import CUPY, stream_getter
     capsule = cupy_capi.stream_reader()
     assert capsule is not None, "this CuPy's get_stream_ptr was not found, or disagreed with CuPy"
@@ -120,6 +121,9 @@ def test_cupys_current_stream_is_read_without_a_python_call(reader):
         return cp.cuda.get_current_stream(device)
 
     register(CUPY, getter, capsule if reader == "CuPy's C reader" else None)
+    entered = []   # launches that went to the Python launcher instead of C's
+    real = kernel_mod.framework_stream
+    monkeypatch.setattr(kernel_mod, "framework_stream", lambda *a: entered.append(1) or real(*a))
     try:
         s = cp.cuda.Stream(non_blocking=True)
         for _ in range(3):
@@ -132,6 +136,7 @@ def test_cupys_current_stream_is_read_without_a_python_call(reader):
             assert bool((x == 6.0).all()), "the increment ran before the fill finished"
     finally:
         register(CUPY, stream_getter(CUPY), capsule)
+    assert entered == [], "a launch went through the Python launcher"
     if reader == "CuPy's C reader":
         assert asked == [], "the C launcher called CuPy's Python getter"
     else:

@@ -555,7 +555,7 @@ static int cupy_in_place(ForeignType* ft, PyObject* v, PyObject* token, unsigned
     PyObject* typestr = typestr_of(dtype);
     Py_DECREF(dtype);
     long long want_device = PyLong_AsLongLong(PyTuple_GET_ITEM(token, 1));
-    if (want_device == -1 && PyErr_Occurred()) PyErr_Clear();
+    if (want_device == -1 && PyErr_Occurred()) { PyErr_Clear(); typestr = NULL; }
     int ok = typestr && same_typestr(typestr, PyTuple_GET_ITEM(token, 0)) &&
              *(int*)((char*)data + cupy_layout.device_at) == want_device;
     if (ok) *addr = (unsigned long long)*(intptr_t*)((char*)data + cupy_layout.ptr_at);

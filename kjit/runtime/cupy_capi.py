@@ -1,24 +1,29 @@
-"""What the C launcher reads of CuPy at C level: its reader of a device's current stream, and
-where its array objects hold their fields.
+"""What kjit reads of CuPy at C level: its reader of a device's current stream, and where its
+array objects hold their fields.
 
 CuPy's kernels read the stream they launch on through `get_stream_ptr(device)` of
 `cupy_backends.cuda.stream`, a Cython function CuPy exports as a C function pointer in the
-module's `__pyx_capi__` (a capsule named by its C signature). The C launcher calls it with no
-Python frame, where `cupy.cuda.get_current_stream(device).ptr` would make a Stream object and
-look its attribute up on every launch. It is handed over only after it has agreed with
-CuPy's Python answer, with a stream made current for the check and put back after it.
+module's `__pyx_capi__` (a capsule named by its C signature). kjit reads CuPy's current stream
+through it too, so a launch follows the stream a CuPy kernel would (with
+CUPY_CUDA_PER_THREAD_DEFAULT_STREAM set, the per-thread stream even while `Stream.null` is
+current), and the C launcher calls it with no Python frame, where
+`cupy.cuda.get_current_stream(device).ptr` makes a Stream object and looks its attribute up.
+It is used only after it has agreed with that Python answer, with a stream made current for
+the check and put back after it.
 
 A CuPy array (a Cython object) holds its `dtype`, `_c_contiguous` flag and `data` (a
-MemoryPointer, which holds `ptr` and `device_id`) as fields at offsets fixed for its type, which each of those
-getters returns. The offsets are not published, so they are observed: each is the one place
-in the object where every probe (arrays contiguous and not, of several element types and
-addresses; MemoryPointers made over no memory for devices the machine need not have) holds
-what its getter answers. The C packer then reads them in place, only while
-the array's type still has CuPy's own getters for them (a subclass's property is asked).
+MemoryPointer, which holds `ptr` and `device_id`) as fields at offsets fixed for its type,
+which each of those getters returns. The offsets are not published, so they are observed:
+each is the one place in the object where every probe holds what its getter answers. The
+probes are arrays over memory that does not exist (contiguous and not, of several element
+types, addresses and made-up devices), so finding them runs nothing on a GPU and disturbs no
+capture. The C packer then reads the fields in place, only while the array's type still has
+CuPy's own getters for them (a subclass's property is asked).
 """
 from __future__ import annotations
 
 import ctypes
+import math
 import sys
 import types
 from typing import Any, NamedTuple
@@ -35,17 +40,44 @@ _api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _PROBE = 0x6B6A69740
 
 
+class _ProbeStream:
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, _PROBE)
+
+
+_checked: list = []   # [(capsule, ctypes function)] once checked; [(None, None)]: none
+
+
 def stream_reader() -> Any:
     """The capsule of CuPy's `get_stream_ptr`, or None where this CuPy lacks it under that
-    signature or its answers differ from `cupy.cuda.get_current_stream(device).ptr`."""
+    signature or its answers differ from `cupy.cuda.get_current_stream(device).ptr`. Checked
+    once per process."""
+    if not _checked:
+        found = _check_reader()
+        if found[0] is None and "cupy" not in sys.modules:
+            return None   # asked again once CuPy is imported
+        _checked.append(found)
+    return _checked[0][0]
+
+
+def current_stream(device: int) -> int:
+    """The handle of CuPy's current stream on `device`, as the C launcher reads it."""
+    stream_reader()
+    read = _checked[0][1] if _checked else None
+    if read is not None:
+        return int(read(device))
+    return int(sys.modules["cupy"].cuda.get_current_stream(device).ptr)
+
+
+def _check_reader() -> tuple[Any, Any]:
     cupy = sys.modules.get("cupy")
     if cupy is None:
-        return None
+        return None, None
     try:
         from cupy_backends.cuda import stream as backend
         capsule = backend.__pyx_capi__["get_stream_ptr"]
         if _api.PyCapsule_GetName(capsule) != SIGNATURE:
-            return None
+            return None, None
         read = ctypes.PYFUNCTYPE(ctypes.c_ssize_t, ctypes.c_int)(_api.PyCapsule_GetPointer(capsule, SIGNATURE))
         device = cupy.cuda.runtime.getDevice()
 
@@ -53,13 +85,13 @@ def stream_reader() -> Any:
             return read(device) == int(cupy.cuda.get_current_stream(device).ptr)
 
         if not agree():
-            return None
-        with cupy.cuda.ExternalStream(_PROBE, device):
+            return None, None
+        with cupy.cuda.Stream.from_external(_ProbeStream()):   # CuPy 14, as get_stream_ptr
             if read(device) != _PROBE or not agree():
-                return None
-        return capsule if agree() else None
-    except Exception:   # another CuPy, no device: the Python getter stays
-        return None
+                return None, None
+        return (capsule, read) if agree() else (None, None)
+    except Exception:   # another CuPy, no device: CuPy's Python getter
+        return None, None
 
 
 class ArrayLayout(NamedTuple):
@@ -89,22 +121,30 @@ def _only(offsets: list[int]) -> int:
     return offsets[0]
 
 
+def _nowhere(cupy: Any, shape: tuple, dtype: Any, device: int, address: int) -> Any:
+    """A CuPy array over memory that does not exist, of a device the machine need not have."""
+    from cupy.cuda.memory import MemoryPointer, UnownedMemory
+    nbytes = math.prod(shape) * cupy.dtype(dtype).itemsize
+    return cupy.ndarray(shape, dtype, memptr=MemoryPointer(UnownedMemory(address, nbytes, None, device), 0))
+
+
 def array_layout() -> ArrayLayout | None:
     """Where CuPy's arrays hold their fields, or None where it cannot be told for certain
-    (another CuPy, no device)."""
+    (another CuPy)."""
     cupy = sys.modules.get("cupy")
     if cupy is None:
         return None
     try:
         from cupy._core.core import _ndarray_base as base
-        from cupy.cuda.memory import MemoryPointer, UnownedMemory
+        from cupy.cuda.memory import MemoryPointer
         getters = [base.__dict__[name] for name in ("dtype", "_c_contiguous", "data")]
         ptr_getter = MemoryPointer.__dict__["ptr"]
         if not all(type(g) is types.GetSetDescriptorType for g in (*getters, ptr_getter)):
             return None
-        x = cupy.arange(24, dtype=cupy.float32).reshape(4, 6)
-        probes = [x, x.T, x[:, ::2], x[1:], x[1:, 2:], cupy.zeros(5, cupy.int64),
-                  cupy.ones(7, cupy.float16)[::3], cupy.empty((3, 1), cupy.complex64)]
+        x = _nowhere(cupy, (4, 6), cupy.float32, 3, 0x7F0000000000)
+        probes = [x, x.T, x[:, ::2], x[1:], x[1:, 2:], _nowhere(cupy, (5,), cupy.int64, 5, 0x7F0000100000),
+                  _nowhere(cupy, (7,), cupy.float16, 6, 0x7F0000200000)[::3],
+                  _nowhere(cupy, (3, 1), cupy.complex64, 3, 0x7F0000300000)]
         if len({bool(p._c_contiguous) for p in probes}) != 2 or len({p.data.ptr for p in probes}) < 4:
             return None
         size, words = base.__basicsize__, range(16, base.__basicsize__ - 7, 8)
@@ -114,8 +154,7 @@ def array_layout() -> ArrayLayout | None:
                             if all(_int32(p, o) == int(p._c_contiguous) for p in probes)])
         if any(type(p.data) is not MemoryPointer for p in probes):
             return None
-        pointers = [p.data for p in probes]
-        pointers += [MemoryPointer(UnownedMemory(0x10000 * d, 0, None, d), 0) for d in (3, 5, 6)]
+        pointers = [p.data for p in probes]   # on made-up devices 3, 5 and 6
         ptr = _only([o for o in range(16, MemoryPointer.__basicsize__ - 7, 8)
                      if all(_word(p, o) == p.ptr % 2**64 for p in pointers)])
         device_id = _only([o for o in range(16, MemoryPointer.__basicsize__ - 3, 4)

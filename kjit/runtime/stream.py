@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import driver
 from ..errors import ArgumentError
+from . import cupy_capi
 from .capture import check_not_capturing, thread_stream
 
 
@@ -258,9 +259,10 @@ _getters: dict[int, Any] = {}
 def current_stream(kind: int, device: int) -> int | None:
     """The handle of the framework's current stream on `device`, None if it cannot tell (a
     build without CUDA: the arguments' own checks then say what is wrong)."""
-    getter = stream_getter(kind)
     try:
-        return int(getter(device)) if kind == TORCH else int(getter(device).ptr)
+        if kind == CUPY:   # as the C launcher reads it
+            return cupy_capi.current_stream(device)
+        return int(stream_getter(kind)(device))
     except Exception:
         return None
 
