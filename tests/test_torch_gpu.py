@@ -87,10 +87,10 @@ def test_a_launch_without_a_stream_runs_on_torchs_current_stream(route, monkeypa
         assert torch.all(x == 6.0), "the increment ran before the fill finished"
 
 
-def test_a_launch_without_a_stream_runs_on_cupys_current_stream():
-    cp = import_cupy()
+def _increments_follow_cupys_stream(cp):
+    """An increment launched given no stream inside `with s:` queues behind a slow fill on s."""
     s = cp.cuda.Stream(non_blocking=True)
-    for _ in range(3):
+    for _ in range(3):   # the first launch may go through Python, the later ones through C
         x = cp.zeros(N, cp.float32)
         cp.cuda.Device().synchronize()
         slow_fill[GRID, 256, s](x, 5.0, N, SPIN_NS)
@@ -98,6 +98,10 @@ def test_a_launch_without_a_stream_runs_on_cupys_current_stream():
             add_one[GRID, 256](x, N)
         s.synchronize()
         assert bool((x == 6.0).all()), "the increment ran before the fill finished"
+
+
+def test_a_launch_without_a_stream_runs_on_cupys_current_stream():
+    _increments_follow_cupys_stream(import_cupy())
 
 
 @pytest.mark.parametrize("reader", ["CuPy's C reader", "CuPy's Python getter"])
@@ -125,15 +129,7 @@ def test_cupys_current_stream_is_read_without_a_python_call(reader, monkeypatch)
     real = kernel_mod.framework_stream
     monkeypatch.setattr(kernel_mod, "framework_stream", lambda *a: entered.append(1) or real(*a))
     try:
-        s = cp.cuda.Stream(non_blocking=True)
-        for _ in range(3):
-            x = cp.zeros(N, cp.float32)
-            cp.cuda.Device().synchronize()
-            slow_fill[GRID, 256, s](x, 5.0, N, SPIN_NS)
-            with s:
-                add_one[GRID, 256](x, N)
-            s.synchronize()
-            assert bool((x == 6.0).all()), "the increment ran before the fill finished"
+        _increments_follow_cupys_stream(cp)
     finally:
         register(CUPY, stream_getter(CUPY), capsule)
     assert entered == [], "a launch went through the Python launcher"
