@@ -319,6 +319,7 @@ class KjitTorch(Toolkit):
 
 class KjitCuPy(KjitTorch):
     name = "kjit k[g, b, cupy stream](cupy array, ...)"
+    stmt = "k[1, 32, stream]({args})"
 
     def __init__(self):
         import cupy
@@ -331,7 +332,7 @@ class KjitCuPy(KjitTorch):
         k = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}")
         buf = self.cp.zeros(16, self.cp.float32)
         args, stream = [buf, *launch_args(n)], self.stream
-        self.state[n] = (buf, Loop("k[1, 32, stream]({args})", args, k=k, stream=stream))
+        self.state[n] = (buf, Loop(self.stmt, args, k=k, stream=stream))
 
     def check(self, n):
         _check(self.name, n, float(self.state[n][0][0].get()))
@@ -340,12 +341,7 @@ class KjitCuPy(KjitTorch):
 class KjitCuPyCurrent(KjitCuPy):
     """No stream named: the launch follows CuPy's current stream, read on every launch."""
     name = "kjit k[g, b](cupy array, ...) in `with cupy stream:`"
-
-    def prepare(self, n):
-        k = kjit.load(kjit.compile(launch_source(n))).get_function(f"k{n}")
-        buf = self.cp.zeros(16, self.cp.float32)
-        args = [buf, *launch_args(n)]
-        self.state[n] = (buf, Loop("k[1, 32]({args})", args, k=k))
+    stmt = "k[1, 32]({args})"
 
     def batch(self, n):
         with self.stream:

@@ -567,3 +567,13 @@ def test_cupys_array_layout_is_taken_only_whole_and_in_bounds():
         register(getter, getter, getter, int, 96, 80, 104, 4096 * 2, 32)
     with pytest.raises(TypeError, match="register_cupy_layout"):
         register(getter, getter, getter, int, 96, 80, 104, 16, int.__basicsize__)   # past the pointer object
+
+
+def test_the_current_stream_reader_names_what_it_takes():
+    from kjit.runtime.libcuda import c_function
+    current = c_function("current_stream")
+    if current is None:
+        pytest.skip("the C extension (kjit/runtime/_launch.c) is not built")
+    for bad in ((3, 0), (2, "0"), (2,)):
+        with pytest.raises(TypeError, match=r"current_stream\(kind: 1 \| 2, device: int\)"):
+            current(*bad)

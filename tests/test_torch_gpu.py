@@ -113,11 +113,10 @@ def test_cupys_current_stream_is_read_without_a_python_call(reader, monkeypatch)
     from kjit.runtime import cupy_capi, libcuda
     from kjit.runtime import kernel as kernel_mod
     from kjit.runtime.stream import CUPY, stream_getter
-    capsule = cupy_capi.stream_reader()
-    assert capsule is not None, "this CuPy's get_stream_ptr was not found, or disagreed with CuPy"
+    capsule = cupy_capi.stream_capsule()
     x = cp.zeros(N, cp.float32)
     add_one[GRID, 256](x, N)   # the Python path learns CuPy arrays and registers the reader
-    register = libcuda.c_function("register_stream")
+    register, current = libcuda.c_function("register_stream"), libcuda.c_function("current_stream")
     asked = []
 
     def getter(device):
@@ -125,6 +124,8 @@ def test_cupys_current_stream_is_read_without_a_python_call(reader, monkeypatch)
         return cp.cuda.get_current_stream(device)
 
     register(CUPY, getter, capsule if reader == "CuPy's C reader" else None)
+    assert capsule is not None and cupy_capi.agrees(lambda device: current(CUPY, device)), \
+        "this CuPy's get_stream_ptr was not found, or disagreed with CuPy"
     entered = []   # launches that went to the Python launcher instead of C's
     real = kernel_mod.framework_stream
     monkeypatch.setattr(kernel_mod, "framework_stream", lambda *a: entered.append(1) or real(*a))

@@ -162,12 +162,17 @@ static PyObject* call_descriptor(PyObject* d, PyObject* v) {
     return r;
 }
 
+/* whether ft's accessors hold for type t as it is now: a type or base changed since they were
+ * looked up (CPython then gives it a new version tag, 0 until asked) has them looked up again */
+static int accessors_fresh(ForeignType* ft, PyTypeObject* t) {
+    unsigned int version = t->tp_version_tag;
+    if (version && version != ft->version) resolve_accessors(ft);
+    return version && version == ft->version;
+}
+
 /* accessor `i` of `v` (a new reference), or NULL with an exception set */
 static PyObject* read_accessor(ForeignType* ft, int i, PyObject* v) {
-    unsigned int version = Py_TYPE(v)->tp_version_tag;   /* CPython sets 0 on a change */
-    if (version && version != ft->version)
-        resolve_accessors(ft);   /* the type or a base changed since: look them up again */
-    PyObject* d = version && version == ft->version ? ft->accessors[i] : NULL;
+    PyObject* d = accessors_fresh(ft, Py_TYPE(v)) ? ft->accessors[i] : NULL;
     if (d) return call_descriptor(d, v);
     return accessor_is_call[i] ? PyObject_CallMethodNoArgs(v, accessor_strs[i])
                                : PyObject_GetAttr(v, accessor_strs[i]);
@@ -400,18 +405,27 @@ static int stream_of(int kind, PyObject* device, void** out) {
     return 1;
 }
 
+/* current_stream(kind, device) -> the framework's current stream on `device` as a launch reads
+ * it, or None where it cannot be read (the Python path reads it through this too) */
+PyObject* kjit_current_stream(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
+    long kind = nargs == 2 ? PyLong_AsLong(a[0]) : -1;
+    if ((kind != FOREIGN_TORCH && kind != FOREIGN_CUPY) || !PyLong_Check(a[1])) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "current_stream(kind: 1 | 2, device: int)");
+        return NULL;
+    }
+    void* stream = NULL;
+    if (!stream_of((int)kind, a[1], &stream)) Py_RETURN_NONE;
+    return PyLong_FromVoidPtr(stream);
+}
+
 /* The stream of a launch given none and no framework array: the legacy stream, or, while this
  * thread captures a kjit graph (kjit/runtime/graph.py), the capture stream. */
 static _Thread_local void* thread_stream = NULL;
-/* whether any thread has set one: until then a launch reads no thread-local variable, which in
- * a loaded library is a call into the dynamic linker */
-static int any_thread_stream = 0;
 
 PyObject* kjit_set_thread_stream(PyObject* self, PyObject* arg) {
     unsigned long long h = kjit_as_u64(arg);
     if (h == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     thread_stream = (void*)(uintptr_t)h;
-    if (h) any_thread_stream = 1;
     Py_RETURN_NONE;
 }
 
@@ -420,10 +434,7 @@ PyObject* kjit_set_thread_stream(PyObject* self, PyObject* arg) {
  * path then asks again and reports what is wrong: two frameworks whose current streams differ). */
 int kjit_framework_stream(int seen, PyObject* device, void** out) {
     void *torch_stream = NULL, *cupy_stream = NULL;
-    if (!seen) {
-        *out = any_thread_stream ? thread_stream : NULL;
-        return 1;
-    }
+    if (!seen) { *out = thread_stream; return 1; }
     if ((seen & (1 << FOREIGN_TORCH)) && !stream_of(FOREIGN_TORCH, device, &torch_stream)) return 0;
     if ((seen & (1 << FOREIGN_CUPY)) && !stream_of(FOREIGN_CUPY, device, &cupy_stream)) return 0;
     if ((seen & (1 << FOREIGN_TORCH)) && (seen & (1 << FOREIGN_CUPY)) && torch_stream != cupy_stream)
@@ -538,12 +549,10 @@ static PyObject* typestr_of(PyObject* dtype) {
 
 /* A CuPy array read in place (cupy_layout, above): 1 with *addr set, 0 declined (the Python path
  * says why), -1 where the layout does not apply (its getters are asked instead). */
-static int cupy_in_place(ForeignType* ft, PyObject* v, PyObject* token, unsigned long long* addr) {
+static int cupy_in_place(ForeignType* ft, PyObject* v, PyObject* want, long long want_device,
+                         unsigned long long* addr) {
     PyTypeObject* t = Py_TYPE(v);
-    unsigned int version = t->tp_version_tag;
-    if (!cupy_layout.pointer_type || !version || t->tp_basicsize < cupy_layout.end) return -1;
-    if (version != ft->version) resolve_accessors(ft);
-    if (version != ft->version) return -1;
+    if (!cupy_layout.pointer_type || t->tp_basicsize < cupy_layout.end || !accessors_fresh(ft, t)) return -1;
     for (int i = 0; i < N_CUPY_FIELDS; i++)
         if (ft->accessors[cupy_field_accessor[i]] != cupy_layout.getter[i]) return -1;
     PyObject* dtype = *(PyObject**)((char*)v + cupy_layout.at[C_DTYPE]);
@@ -554,9 +563,7 @@ static int cupy_in_place(ForeignType* ft, PyObject* v, PyObject* token, unsigned
     Py_INCREF(dtype);
     PyObject* typestr = typestr_of(dtype);
     Py_DECREF(dtype);
-    long long want_device = PyLong_AsLongLong(PyTuple_GET_ITEM(token, 1));
-    if (want_device == -1 && PyErr_Occurred()) { PyErr_Clear(); typestr = NULL; }
-    int ok = typestr && same_typestr(typestr, PyTuple_GET_ITEM(token, 0)) &&
+    int ok = typestr && same_typestr(typestr, want) &&
              *(int*)((char*)data + cupy_layout.device_at) == want_device;
     if (ok) *addr = (unsigned long long)*(intptr_t*)((char*)data + cupy_layout.ptr_at);
     Py_DECREF(data);
@@ -569,24 +576,20 @@ static int cupy_in_place(ForeignType* ft, PyObject* v, PyObject* token, unsigned
 int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, int grad_ok) {
     ForeignType* ft = foreign_type(Py_TYPE(v));
     if (!ft || !PyTuple_Check(token) || PyTuple_GET_SIZE(token) != 2) return 0;
-    if (ft->by_shim) {
-        long long want_device = PyLong_AsLongLong(PyTuple_GET_ITEM(token, 1));
-        if (want_device == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-        return torch_by_shim(ft, v, PyTuple_GET_ITEM(token, 0), want_device, grad_ok, addr)
-                   ? FOREIGN_TORCH : 0;
-    }
+    PyObject* want = PyTuple_GET_ITEM(token, 0);
+    long long want_device = PyLong_AsLongLong(PyTuple_GET_ITEM(token, 1));
+    if (want_device == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    if (ft->by_shim)
+        return torch_by_shim(ft, v, want, want_device, grad_ok, addr) ? FOREIGN_TORCH : 0;
     if (ft->kind == FOREIGN_CUPY) {
-        int r = cupy_in_place(ft, v, token, addr);
+        int r = cupy_in_place(ft, v, want, want_device, addr);
         if (r >= 0) return r ? FOREIGN_CUPY : 0;
     }
     PyObject* dtype = read_accessor(ft, A_DTYPE, v);
     if (!dtype) { PyErr_Clear(); return 0; }
     PyObject* typestr = typestr_of(dtype);   /* borrowed */
     Py_DECREF(dtype);
-    PyObject* want = PyTuple_GET_ITEM(token, 0);
     if (!typestr || !same_typestr(typestr, want)) return 0;
-    long long want_device = PyLong_AsLongLong(PyTuple_GET_ITEM(token, 1));
-    if (want_device == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
     long long contiguous = 0, device = -1, ptr = 0;
     if (ft->kind == FOREIGN_TORCH) {
         long long grad = 1;

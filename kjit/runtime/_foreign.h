@@ -11,6 +11,7 @@ PyObject* kjit_register_foreign(PyObject* self, PyObject* const* a, Py_ssize_t n
 PyObject* kjit_register_torch_shim(PyObject* self, PyObject* const* a, Py_ssize_t nargs);
 PyObject* kjit_register_torch_facts(PyObject* self, PyObject* arg);
 PyObject* kjit_register_stream(PyObject* self, PyObject* const* a, Py_ssize_t nargs);
+PyObject* kjit_current_stream(PyObject* self, PyObject* const* a, Py_ssize_t nargs);
 PyObject* kjit_register_cupy_layout(PyObject* self, PyObject* const* a, Py_ssize_t nargs);
 int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, int grad_ok);
 int kjit_framework_stream(int seen, PyObject* device, void** out);

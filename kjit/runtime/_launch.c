@@ -557,6 +557,8 @@ static PyMethodDef methods[] = {
      "register_cupy_layout(getters..., MemoryPointer, offsets...): where CuPy's arrays hold their fields"},
     {"register_stream", (PyCFunction)(void (*)(void))kjit_register_stream, METH_FASTCALL,
      "register_stream(kind, getter[, reader]): how to read a framework's current stream"},
+    {"current_stream", (PyCFunction)(void (*)(void))kjit_current_stream, METH_FASTCALL,
+     "current_stream(kind, device): a framework's current stream as a launch reads it, or None"},
     {"set_thread_stream", (PyCFunction)kjit_set_thread_stream, METH_O,
      "set_thread_stream(handle): this thread's stream for launches given none and no framework array"},
     {"gil_mode", (PyCFunction)kjit_gil_mode, METH_O, "gil_mode(0|1|2): release the GIL where another thread exists / never / always"},

@@ -3,13 +3,12 @@ array objects hold their fields.
 
 CuPy's kernels read the stream they launch on through `get_stream_ptr(device)` of
 `cupy_backends.cuda.stream`, a Cython function CuPy exports as a C function pointer in the
-module's `__pyx_capi__` (a capsule named by its C signature). kjit reads CuPy's current stream
-through it too, so a launch follows the stream a CuPy kernel would (with
-CUPY_CUDA_PER_THREAD_DEFAULT_STREAM set, the per-thread stream even while `Stream.null` is
-current), and the C launcher calls it with no Python frame, where
-`cupy.cuda.get_current_stream(device).ptr` makes a Stream object and looks its attribute up.
-It is used only after it has agreed with that Python answer, with a stream made current for
-the check and put back after it.
+module's `__pyx_capi__` (a capsule named by its C signature). kjit's C extension reads CuPy's
+current stream through it too (stream.py registers it), so a launch follows the stream a CuPy
+kernel would (with CUPY_CUDA_PER_THREAD_DEFAULT_STREAM set, the per-thread stream even while
+`Stream.null` is current), with no Python frame, where `cupy.cuda.get_current_stream(device).ptr`
+makes a Stream object and looks its attribute up. It is kept only where it agrees with that
+Python answer (`agrees`), with a stream made current for the check and put back after it.
 
 A CuPy array (a Cython object) holds its `dtype`, `_c_contiguous` flag and `data` (a
 MemoryPointer, which holds `ptr` and `device_id`) as fields at offsets fixed for its type,
@@ -26,15 +25,7 @@ import ctypes
 import math
 import sys
 import types
-from typing import Any, NamedTuple
-
-SIGNATURE = b"intptr_t (int)"   # the capsule's name: Cython names it by the C signature
-
-_api = ctypes.pythonapi
-_api.PyCapsule_GetName.restype = ctypes.c_char_p
-_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
-_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+from typing import Any, Callable, NamedTuple
 
 # any value no real stream handle has, made current only for the check
 _PROBE = 0x6B6A69740
@@ -45,53 +36,36 @@ class _ProbeStream:
         return (0, _PROBE)
 
 
-_checked: list = []   # [(capsule, ctypes function)] once checked; [(None, None)]: none
-
-
-def stream_reader() -> Any:
-    """The capsule of CuPy's `get_stream_ptr`, or None where this CuPy lacks it under that
-    signature or its answers differ from `cupy.cuda.get_current_stream(device).ptr`. Checked
-    once per process."""
-    if not _checked:
-        found = _check_reader()
-        if found[0] is None and "cupy" not in sys.modules:
-            return None   # asked again once CuPy is imported
-        _checked.append(found)
-    return _checked[0][0]
-
-
-def current_stream(device: int) -> int:
-    """The handle of CuPy's current stream on `device`, as the C launcher reads it."""
-    stream_reader()
-    read = _checked[0][1] if _checked else None
-    if read is not None:
-        return int(read(device))
-    return int(sys.modules["cupy"].cuda.get_current_stream(device).ptr)
-
-
-def _check_reader() -> tuple[Any, Any]:
-    cupy = sys.modules.get("cupy")
-    if cupy is None:
-        return None, None
+def stream_capsule() -> Any:
+    """CuPy's `get_stream_ptr`, as the capsule Cython exports it in (the C extension checks
+    its signature), or None where this CuPy has none."""
     try:
         from cupy_backends.cuda import stream as backend
-        capsule = backend.__pyx_capi__["get_stream_ptr"]
-        if _api.PyCapsule_GetName(capsule) != SIGNATURE:
-            return None, None
-        read = ctypes.PYFUNCTYPE(ctypes.c_ssize_t, ctypes.c_int)(_api.PyCapsule_GetPointer(capsule, SIGNATURE))
+        return backend.__pyx_capi__.get("get_stream_ptr")
+    except Exception:   # no CuPy, or one without Cython's C API table
+        return None
+
+
+def agrees(read: Callable[[int], Any]) -> bool:
+    """Whether `read(device)` answers as `cupy.cuda.get_current_stream(device).ptr` for the
+    current device, as it is and with another stream made current."""
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return False
+    try:
         device = cupy.cuda.runtime.getDevice()
 
-        def agree() -> bool:
+        def same() -> bool:
             return read(device) == int(cupy.cuda.get_current_stream(device).ptr)
 
-        if not agree():
-            return None, None
+        if not same():
+            return False
         with cupy.cuda.Stream.from_external(_ProbeStream()):   # CuPy 14, as get_stream_ptr
-            if read(device) != _PROBE or not agree():
-                return None, None
-        return (capsule, read) if agree() else (None, None)
-    except Exception:   # another CuPy, no device: CuPy's Python getter
-        return None, None
+            if read(device) != _PROBE or not same():
+                return False
+        return same()
+    except Exception:   # another CuPy, no device
+        return False
 
 
 class ArrayLayout(NamedTuple):

@@ -220,14 +220,11 @@ def learn_foreign(value: Any, typestr: str) -> None:
 
 
 def _register_framework(kind: int) -> None:
-    """What the C packer reads of a framework, handed over once: the getter of its current
-    stream and, for CuPy, its C reader of it and where its arrays hold their fields."""
+    """What the C packer reads of a framework, handed over once: how to read its current
+    stream and, for CuPy, where its arrays hold their fields."""
     from . import cupy_capi
-    from .stream import CUPY, stream_getter
-    getter = stream_getter(kind)
-    if getter is not None:
-        reader = cupy_capi.stream_reader() if kind == CUPY else None
-        libcuda.c_function("register_stream")(kind, getter, reader)
+    from .stream import CUPY, c_stream_reader
+    c_stream_reader(kind)
     layout = cupy_capi.array_layout() if kind == CUPY else None
     if layout is not None:
         libcuda.c_function("register_cupy_layout")(*layout)

@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import driver
 from ..errors import ArgumentError
-from . import cupy_capi
+from . import cupy_capi, libcuda
 from .capture import check_not_capturing, thread_stream
 
 
@@ -257,14 +257,42 @@ _getters: dict[int, Any] = {}
 
 
 def current_stream(kind: int, device: int) -> int | None:
-    """The handle of the framework's current stream on `device`, None if it cannot tell (a
-    build without CUDA: the arguments' own checks then say what is wrong)."""
+    """The handle of the framework's current stream on `device`, read as the C launcher reads
+    it where kjit's extension is built; None if it cannot tell (a build without CUDA: the
+    arguments' own checks then say what is wrong)."""
+    read = c_stream_reader(kind)
+    got = read(kind, device) if read is not None else None
+    if got is not None:
+        return got
     try:
-        if kind == CUPY:   # as the C launcher reads it
-            return cupy_capi.current_stream(device)
-        return int(stream_getter(kind)(device))
+        return int(stream_getter(kind)(device)) if kind == TORCH else int(stream_getter(kind)(device).ptr)
     except Exception:
         return None
+
+
+def c_stream_reader(kind: int) -> Any:
+    """The C extension's reader of the framework's current stream (`current_stream(kind,
+    device)`), its getter registered there first, once, and for CuPy its own C reader where
+    that agrees with CuPy's Python answer; None without the extension or the framework."""
+    if kind not in _registered:
+        register, getter = libcuda.c_function("register_stream"), stream_getter(kind)
+        if register is None or getter is None:
+            return None
+        register(kind, getter)
+        capsule = cupy_capi.stream_capsule() if kind == CUPY else None
+        if capsule is not None:
+            try:
+                register(kind, getter, capsule)   # refused for another signature
+            except TypeError:
+                pass
+            else:
+                if not cupy_capi.agrees(lambda device: libcuda.c_function("current_stream")(kind, device)):
+                    register(kind, getter, None)
+        _registered.add(kind)
+    return libcuda.c_function("current_stream")
+
+
+_registered: set[int] = set()
 
 
 def framework_stream(args: tuple, device: int, kernel: str) -> int:
