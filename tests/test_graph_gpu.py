@@ -167,6 +167,65 @@ def test_torch_and_cupy_work_inside_a_kjit_graph():
     np.testing.assert_array_equal(cp.asnumpy(b), cp.asnumpy(a))
 
 
+SCALE = r"""
+extern "C" __global__ void scale(float* x, float f, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= f;
+}"""
+
+
+def test_a_capture_takes_only_its_own_threads_launches(monkeypatch):
+    """A launch given no stream goes to the capture stream only in the thread capturing: a
+    kernel of another thread, launched there in C meanwhile, runs at once on the legacy stream,
+    and the capturing thread's next launch is captured again. Each thread launches a kernel it
+    made itself, so both launch in C (a kernel launches in C from the thread that made it)."""
+    import threading
+    from kjit.runtime import kernel as kernel_mod
+    xh, yh = floats(), floats()
+    x, y = kjit.to_device(xh), kjit.to_device(yh)
+    here = kjit.load(kjit.compile(SCALE)).get_function("scale")
+    here[GRID, BLOCK](x, 1.0, N)   # warm-up: the launcher made, the module loaded
+    kjit.synchronize()
+    captured, launched = threading.Event(), threading.Event()
+    out, errors = {}, []
+
+    def capture():
+        try:
+            there = kjit.load(kjit.compile(SCALE)).get_function("scale")
+            there[GRID, BLOCK](y, 1.0, N)
+            kjit.synchronize()
+            python_path.clear()
+            with kjit.graph() as g:
+                there[GRID, BLOCK](y, 2.0, N)
+                captured.set()
+                assert launched.wait(60), "the main thread did not launch"
+                there[GRID, BLOCK](y, 3.0, N)   # captured again, after the other thread's launch
+            out["graph"] = g
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            captured.set()
+
+    python_path = []
+    real = kernel_mod.framework_stream
+    monkeypatch.setattr(kernel_mod, "framework_stream", lambda *a: python_path.append(1) or real(*a))
+    worker = threading.Thread(target=capture)
+    worker.start()
+    assert captured.wait(60)
+    here[GRID, BLOCK](x, 5.0, N)
+    launched.set()
+    worker.join(60)
+    assert not errors, errors
+    assert python_path == [], "a launch went through the Python launcher, not C's"
+    kjit.synchronize()
+    np.testing.assert_array_equal(x.get(), xh * np.float32(5))   # ran at once, not captured
+    np.testing.assert_array_equal(y.get(), yh)                  # captured, not run
+    g = out["graph"]
+    assert [n.name for n in g.nodes] == ["scale", "scale"]
+    g.launch()
+    g.synchronize()
+    np.testing.assert_allclose(y.get(), yh * 6, rtol=1e-6)
+
+
 def test_a_graph_on_another_device():
     count = driver.device_count()
     if count < 2:

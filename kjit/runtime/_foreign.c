@@ -418,23 +418,13 @@ PyObject* kjit_current_stream(PyObject* self, PyObject* const* a, Py_ssize_t nar
     return PyLong_FromVoidPtr(stream);
 }
 
-/* The stream of a launch given none and no framework array: the legacy stream, or, while this
- * thread captures a kjit graph (kjit/runtime/graph.py), the capture stream. */
-static _Thread_local void* thread_stream = NULL;
-
-PyObject* kjit_set_thread_stream(PyObject* self, PyObject* arg) {
-    unsigned long long h = kjit_as_u64(arg);
-    if (h == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    thread_stream = (void*)(uintptr_t)h;
-    Py_RETURN_NONE;
-}
-
 /* The stream for a launch given none, from the frameworks of its arrays (`seen`, a mask of
- * kinds): none, the thread's stream (above); one, its current stream. 0 declines (the Python
- * path then asks again and reports what is wrong: two frameworks whose current streams differ). */
+ * kinds, at least one: a launch with none takes its thread's stream, _launch.c): one, its
+ * current stream. 0 declines (the Python path then asks again and reports what is wrong: two
+ * frameworks whose current streams differ). */
 int kjit_framework_stream(int seen, PyObject* device, void** out) {
     void *torch_stream = NULL, *cupy_stream = NULL;
-    if (!seen) { *out = thread_stream; return 1; }
+    if (!seen) return 0;
     if ((seen & (1 << FOREIGN_TORCH)) && !stream_of(FOREIGN_TORCH, device, &torch_stream)) return 0;
     if ((seen & (1 << FOREIGN_CUPY)) && !stream_of(FOREIGN_CUPY, device, &cupy_stream)) return 0;
     if ((seen & (1 << FOREIGN_TORCH)) && (seen & (1 << FOREIGN_CUPY)) && torch_stream != cupy_stream)

@@ -15,7 +15,6 @@ PyObject* kjit_current_stream(PyObject* self, PyObject* const* a, Py_ssize_t nar
 PyObject* kjit_register_cupy_layout(PyObject* self, PyObject* const* a, Py_ssize_t nargs);
 int kjit_foreign_array(PyObject* v, PyObject* token, unsigned long long* addr, int grad_ok);
 int kjit_framework_stream(int seen, PyObject* device, void** out);
-PyObject* kjit_set_thread_stream(PyObject* self, PyObject* arg);
 void kjit_foreign_bind(int (*count_fn)(int*));
 
 #endif

@@ -21,14 +21,42 @@
 #define KJIT_MARK(step) ((void)0)
 #endif
 
-/* A kjit array's slot offsets, and the `ptr` int read last (held) with its value
- * (array_address, below): what a launch with kjit arrays reads, in one cache line. */
+/* What launches read beside their launcher's own fields, in one cache line: a kjit array's slot
+ * offsets and the `ptr` int read last (held) with its value (array_address, below), and the
+ * stream of the thread that launched last with no stream given (own_stream, below). */
 static struct {
     PyTypeObject* slots_type;
     Py_ssize_t key_offset, ptr_offset;
     PyObject* last_ptr;
     unsigned long long last_addr;
-} hot __attribute__((aligned(64))) = {NULL, -1, -1, NULL, 0};
+    PyThreadState* stream_thread;   /* NULL: none remembered */
+    uint64_t stream_thread_id;
+    void* stream;
+} hot __attribute__((aligned(64))) = {NULL, -1, -1, NULL, 0, NULL, 0, NULL};
+
+/* The stream of a launch given none and no framework array: the legacy stream, or, while this
+ * thread captures a kjit graph (kjit/runtime/graph.py), the capture stream. Thread-local, and
+ * remembered in `hot` for the thread that asked last, known by its thread state and that
+ * state's id (a later thread may get the same memory): a launch loop then reads no thread-local
+ * storage, which from a shared library is a call into the dynamic loader. */
+static _Thread_local void* thread_stream = NULL;
+
+static inline void* own_stream(PyThreadState* me) {
+    if (me != hot.stream_thread || me->id != hot.stream_thread_id) {
+        hot.stream_thread = me;
+        hot.stream_thread_id = me->id;
+        hot.stream = thread_stream;
+    }
+    return hot.stream;
+}
+
+static PyObject* set_thread_stream(PyObject* self, PyObject* arg) {
+    unsigned long long h = kjit_as_u64(arg);
+    if (h == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    thread_stream = (void*)(uintptr_t)h;
+    hot.stream_thread = NULL;
+    Py_RETURN_NONE;
+}
 
 /* Kinds of the pack spec (kjit/runtime/params.py, Packer.c_spec, uses the same numbers: the
  * module exposes these, and tests/test_c_constants.py checks one against the other). */
@@ -229,8 +257,8 @@ typedef struct {
     kjit_launch_fn launch;  /* libcuda's, from kjit_cu: read here, beside the rest */
     PyObject** held;        /* per parameter: the scalar whose bytes are in the buffer; NULL: none */
     Py_ssize_t nargs;
-    unsigned long owner;    /* the thread launching in C (the kernel's first): another one could
-                             * rewrite the buffer while the driver reads it, the GIL released */
+    PyThreadState* owner_state;   /* the owner's thread state, once it launched here (the
+                             * launch checks this, one comparison, and `owner` only on a miss) */
     const uint64_t* ctx;    /* the kernel's context: pushed for a launch while another is
                              * current (see `ask`) */
     int flags;              /* L_AUTO_STREAM, L_GRAD_OK, L_HAS_ARRAYS */
@@ -258,6 +286,8 @@ typedef struct {
     PyObject* ctx_cell;     /* owns *ctx: the kernel's cell, set to all ones once its context
                              * is destroyed (no context is there: every launch hands over) */
     PyObject* device;       /* the kernel's device ordinal, for torch's current stream */
+    unsigned long owner;    /* the thread launching in C (the kernel's first): another one could
+                             * rewrite the buffer while the driver reads it, the GIL released */
     /* then: the held objects, the slots, the buffer, the kernelParams array */
 } Launcher;
 
@@ -312,13 +342,22 @@ static inline int launch_pushed(Launcher* L, void* ctx, void* stream) {
  * live on this kernel's device, runs here with its context pushed for the call, as a PyTorch
  * operator runs on its tensors' device; any other goes to the Python path, which routes it to
  * the current context's twin of this kernel. */
+/* whether the thread whose state is `me` owns L: a thread state lives as long as its thread,
+ * so once the owner has launched here its state stands for it (the first comparison) */
+static int owned_by(Launcher* L, PyThreadState* me) {
+    if ((unsigned long)pthread_self() != L->owner) return 0;
+    L->owner_state = me;
+    return 1;
+}
+
 static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
     KJIT_MARK(0);
     Launcher* L = (Launcher*)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyThreadState* me = PyThreadState_Get();
     /* called again from Python code its own packing ran: that launch goes through the Python
      * path, which packs into the kernel's buffer, not into the one this launch is filling */
-    if (unlikely(kwnames || (unsigned long)pthread_self() != L->owner || nargs != L->nargs ||
+    if (unlikely(kwnames || (me != L->owner_state && !owned_by(L, me)) || nargs != L->nargs ||
                  !L->launch || L->packing || *L->ctx == NO_CONTEXT))
         return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
     void* ctx = (void*)(uintptr_t)*L->ctx;
@@ -336,7 +375,11 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     Py_ssize_t r = launcher_pack(L, args, &seen);
     KJIT_MARK(2);
     void* stream = L->stream;
-    int declined = r != 0 || ((L->flags & L_AUTO_STREAM) && !kjit_framework_stream(seen, L->device, &stream));
+    int declined = r != 0;
+    if ((L->flags & L_AUTO_STREAM) && !declined) {
+        if (!seen) stream = own_stream(me);
+        else declined = !kjit_framework_stream(seen, L->device, &stream);
+    }
     L->packing = 0;
     if (unlikely(r == -2)) return NULL;
     if (unlikely(declined)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
@@ -348,7 +391,7 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
         Py_INCREF(L->name);
         if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
     }
-    PyThreadState* ts = kjit_gil_release();   /* _gil.c: only where another thread can run */
+    PyThreadState* ts = kjit_gil_release_for(me);   /* only where another thread can run */
     KJIT_MARK(3);
     int err = elsewhere ? launch_pushed(L, ctx, stream) : launch_now(L, stream);
     KJIT_MARK(4);
@@ -520,6 +563,7 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
     L->stream = (void*)(uintptr_t)v[1];
     for (int i = 0; i < 7; i++) L->dims[i] = (unsigned)v[2 + i];
     L->owner = (unsigned long)v[9];
+    L->owner_state = NULL;
     L->ctx = ctx;
     L->ctx_cell = Py_NewRef(a[17]);
     L->flags = (int)v[11];
@@ -559,7 +603,7 @@ static PyMethodDef methods[] = {
      "register_stream(kind, getter[, reader]): how to read a framework's current stream"},
     {"current_stream", (PyCFunction)(void (*)(void))kjit_current_stream, METH_FASTCALL,
      "current_stream(kind, device): a framework's current stream as a launch reads it, or None"},
-    {"set_thread_stream", (PyCFunction)kjit_set_thread_stream, METH_O,
+    {"set_thread_stream", (PyCFunction)set_thread_stream, METH_O,
      "set_thread_stream(handle): this thread's stream for launches given none and no framework array"},
     {"gil_mode", (PyCFunction)kjit_gil_mode, METH_O, "gil_mode(0|1|2): release the GIL where another thread exists / never / always"},
     {"bind", (PyCFunction)kjit_bind, METH_NOARGS, "Resolve kjit's libcuda functions."},
