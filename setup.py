@@ -8,10 +8,10 @@ them (docs/headers.md). The XLA FFI handler
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("kjit.runtime._launch",
-                             ["kjit/runtime/_launch.c", "kjit/runtime/_libcuda.c", "kjit/runtime/_foreign.c",
+                             ["kjit/runtime/_launch.c", "kjit/runtime/_args.c", "kjit/runtime/_libcuda.c", "kjit/runtime/_foreign.c",
                               "kjit/runtime/_tables.c", "kjit/runtime/_gil.c"],
-                             depends=["kjit/runtime/_foreign.h", "kjit/runtime/_tables.h", "kjit/runtime/_gil.h",
-                                      "kjit/runtime/_libcuda.h", "kjit/runtime/_pyint.h"],
+                             depends=["kjit/runtime/_args.h", "kjit/runtime/_foreign.h", "kjit/runtime/_tables.h", "kjit/runtime/_gil.h",
+                                      "kjit/runtime/_libcuda.h", "kjit/runtime/_pyint.h", "kjit/runtime/_path.h"],
                              libraries=["dl"], optional=True),
                    Extension("kjit.runtime._xla", ["kjit/runtime/_xla.c"], libraries=["dl"],
                              optional=True),

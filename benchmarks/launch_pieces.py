@@ -25,8 +25,8 @@ from .launch_build import build, load, runtime_dir
 ROUNDS = int(os.environ.get("KJIT_BENCH_PIECES_ROUNDS", "21"))
 
 # piece -> edits of _launch.c, each applying exactly once (tests/test_launch_pieces.py checks)
-_LAST = re.compile(r"    if \(unlikely\(PyList_GET_SIZE\(L->last\) < 1\)\) \{.*?"
-                   r"PyList_SetItem\(L->last, 0, L->name\) < 0\) return NULL;\n    \}\n", re.S)
+_LAST = re.compile(r"    if \(unlikely\(PyList_GET_SIZE\(L->last\) < 1 \|\| .*?note_name\(L\) < 0\)\n"
+                   r"        return NULL;\n", re.S)
 PIECES: dict[str, list[tuple[str | re.Pattern, str]]] = {
     "no kernel-name note": [(_LAST, "")],
     "no context cell": [(" || *L->ctx == NO_CONTEXT))", "))"),

@@ -129,8 +129,9 @@ def test_no_module_outgrows_one_concept(path):
 
 # The C extension's files, lowest first: each may use what a lower one defines, never what a
 # higher one does, and includes only its own header (a header states its file's interface).
-# _pyint.h is code of its own, in the header alone (inline int readers every file may use).
-C_LAYERS = ["runtime/_pyint.h", "runtime/_gil.c", "runtime/_tables.c", "runtime/_foreign.c", "runtime/_libcuda.c", "runtime/_launch.c", "runtime/_xla.c"]
+# _pyint.h and _path.h are code of their own, in the header alone (inline int readers, and the
+# marks of what is off a launch's path, that every file may use).
+C_LAYERS = ["runtime/_pyint.h", "runtime/_path.h", "runtime/_gil.c", "runtime/_tables.c", "runtime/_foreign.c", "runtime/_libcuda.c", "runtime/_args.c", "runtime/_launch.c", "runtime/_xla.c"]
 
 
 def test_the_c_files_call_down_only():

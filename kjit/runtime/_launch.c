@@ -1,11 +1,14 @@
 /* kjit's launch call: the Launcher, one kernel launch configuration as a C callable that
- * packs its arguments into a buffer of its own and calls cuLaunchKernel, and `pack`, the
- * packer of kjit's Python launcher. Optional: kjit falls back to cuda.bindings when it is not
- * built. The other files sit below this one: _libcuda.c resolves libcuda's functions and
- * makes the direct calls, _foreign.c reads framework arrays, _tables.c serves k[config]. */
+ * packs its arguments into a buffer of its own and calls cuLaunchKernel, and the module.
+ * Optional: kjit falls back to cuda.bindings when it is not built. The other files sit below
+ * this one: _args.c writes an argument (and is the Python launcher's packer), _libcuda.c
+ * resolves libcuda's functions and makes the direct calls, _foreign.c reads framework arrays,
+ * _tables.c serves k[config]. */
+#include "_args.h"
 #include "_foreign.h"
 #include "_gil.h"
 #include "_libcuda.h"
+#include "_path.h"
 #include "_pyint.h"
 #include "_tables.h"
 #include <pthread.h>
@@ -21,210 +24,31 @@
 #define KJIT_MARK(step) ((void)0)
 #endif
 
-/* What launches read beside their launcher's own fields, in one cache line: a kjit array's slot
- * offsets and the `ptr` int read last (held) with its value (array_address, below), and the
- * stream of the thread that launched last with no stream given (own_stream, below). */
-static struct {
-    PyTypeObject* slots_type;
-    Py_ssize_t key_offset, ptr_offset;
-    PyObject* last_ptr;
-    unsigned long long last_addr;
-    PyThreadState* stream_thread;   /* NULL: none remembered */
-    uint64_t stream_thread_id;
-    void* stream;
-} hot __attribute__((aligned(64))) = {NULL, -1, -1, NULL, 0, NULL, 0, NULL};
-
 /* The stream of a launch given none and no framework array: the legacy stream, or, while this
  * thread captures a kjit graph (kjit/runtime/graph.py), the capture stream. Thread-local, and
- * remembered in `hot` for the thread that asked last, known by its thread state and that
+ * remembered in `kjit_hot` for the thread that asked last, known by its thread state and that
  * state's id (a later thread may get the same memory): a launch loop then reads no thread-local
  * storage, which from a shared library is a call into the dynamic loader. */
 static _Thread_local void* thread_stream = NULL;
 
 static inline void* own_stream(PyThreadState* me) {
-    if (me != hot.stream_thread || me->id != hot.stream_thread_id) {
-        hot.stream_thread = me;
-        hot.stream_thread_id = me->id;
-        hot.stream = thread_stream;
+    if (me != kjit_hot.stream_thread || me->id != kjit_hot.stream_thread_id) {
+        kjit_hot.stream_thread = me;
+        kjit_hot.stream_thread_id = me->id;
+        kjit_hot.stream = thread_stream;
     }
-    return hot.stream;
+    return kjit_hot.stream;
 }
 
 static PyObject* set_thread_stream(PyObject* self, PyObject* arg) {
     unsigned long long h = kjit_as_u64(arg);
     if (h == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     thread_stream = (void*)(uintptr_t)h;
-    hot.stream_thread = NULL;
+    kjit_hot.stream_thread = NULL;
     Py_RETURN_NONE;
 }
 
-/* Kinds of the pack spec (kjit/runtime/params.py, Packer.c_spec, uses the same numbers: the
- * module exposes these, and tests/test_c_constants.py checks one against the other). */
-enum { K_PYTHON = 0, K_I8 = 1, K_U8, K_I16, K_U16, K_I32, K_U32, K_I64, K_U64,
-       K_F32 = 10, K_F64 = 11, K_ARRAY = 20, K_ARRAY_BITS = 21 };   /* 21: token (type, bits) */
-
-static PyObject* s_launch_key = NULL;
 static PyObject* s_module = NULL;   /* a launcher's __module__ (what torch.compile's warning names) */
-static PyObject* s_ptr = NULL;
-
-/* An int of one digit (|x| < 2**30, what kernels are mostly passed) read inline, as CPython's
- * own code reads it: the API call converting any int costs more than the rest of its packing. */
-static inline int compact_value(PyObject* v, long long* out) {
-#if PY_VERSION_HEX >= 0x030C0000
-    if (!PyUnstable_Long_IsCompact((PyLongObject*)v)) return 0;
-    *out = (long long)PyUnstable_Long_CompactValue((PyLongObject*)v);
-    return 1;
-#else
-    Py_ssize_t size = Py_SIZE(v);
-    if (size < -1 || size > 1) return 0;
-    *out = size * (long long)((PyLongObject*)v)->ob_digit[0];
-    return 1;
-#endif
-}
-
-static int put_int(char* dst, int kind, PyObject* v) {
-    if (!PyLong_CheckExact(v)) return 0;           /* bool, numpy ints...: the Python path */
-    if (kind == K_U64) {
-        unsigned long long u = kjit_as_u64(v);
-        if (u == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-        memcpy(dst, &u, 8);
-        return 1;
-    }
-    long long x;
-    if (!compact_value(v, &x)) {
-        int overflow = 0;
-        x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow || (x == -1 && PyErr_Occurred())) { PyErr_Clear(); return 0; }
-    }
-    switch (kind) {
-    case K_I8:  if (x < INT8_MIN || x > INT8_MAX) return 0; { int8_t t = (int8_t)x; memcpy(dst, &t, 1); } return 1;
-    case K_U8:  if (x < 0 || x > UINT8_MAX) return 0; { uint8_t t = (uint8_t)x; memcpy(dst, &t, 1); } return 1;
-    case K_I16: if (x < INT16_MIN || x > INT16_MAX) return 0; { int16_t t = (int16_t)x; memcpy(dst, &t, 2); } return 1;
-    case K_U16: if (x < 0 || x > UINT16_MAX) return 0; { uint16_t t = (uint16_t)x; memcpy(dst, &t, 2); } return 1;
-    case K_I32: if (x < INT32_MIN || x > INT32_MAX) return 0; { int32_t t = (int32_t)x; memcpy(dst, &t, 4); } return 1;
-    case K_U32: if (x < 0 || x > UINT32_MAX) return 0; { uint32_t t = (uint32_t)x; memcpy(dst, &t, 4); } return 1;
-    case K_I64: memcpy(dst, &x, 8); return 1;
-    }
-    return 0;
-}
-
-/* A kjit array's slots, read in place: `launch_key` and `ptr` are __slots__ of DeviceArray
- * (memory.py), so their offsets are fixed for the type; each is looked up once, and any other
- * layout (a slot made a property, say) goes through getattr. */
-
-static Py_ssize_t slot_offset(PyTypeObject* t, PyObject* name) {
-    PyObject* d = PyObject_GetAttr((PyObject*)t, name);
-    if (!d) { PyErr_Clear(); return -1; }
-    Py_ssize_t off = -1;
-    if (Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject*)d)->d_member->type == T_OBJECT_EX)
-        off = ((PyMemberDescrObject*)d)->d_member->offset;
-    Py_DECREF(d);
-    return off;
-}
-
-/* 1 with *addr set where v's launch key is `token` or `bits` (NULL: none), 0 where it is not
- * (the Python path says why), -1 with an exception set. */
-static int array_address(PyObject* v, PyObject* token, PyObject* bits, unsigned long long* addr) {
-    PyTypeObject* t = Py_TYPE(v);
-    if (t != hot.slots_type) {
-        hot.key_offset = slot_offset(t, s_launch_key);
-        hot.ptr_offset = slot_offset(t, s_ptr);
-        hot.slots_type = t;
-    }
-    if (hot.key_offset > 0 && hot.ptr_offset > 0) {
-        PyObject* key = *(PyObject**)((char*)v + hot.key_offset);
-        PyObject* p = *(PyObject**)((char*)v + hot.ptr_offset);
-        if (!key || !p || (key != token && key != bits)) return 0;
-        /* an int never changes: the same object is the same address (and was an int when held,
-         * so its type need not be read) */
-        if (p == hot.last_ptr) {
-            *addr = hot.last_addr;
-            return 1;
-        }
-        if (!PyLong_CheckExact(p)) return 0;
-        *addr = kjit_as_u64(p);
-        if (*addr == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-        Py_XSETREF(hot.last_ptr, Py_NewRef(p));
-        hot.last_addr = *addr;
-        return 1;
-    }
-    PyObject* key = PyObject_GetAttr(v, s_launch_key);
-    if (!key) return -1;
-    int same = key == token || (bits && key == bits);
-    Py_DECREF(key);
-    if (!same) return 0;
-    PyObject* p = PyObject_GetAttr(v, s_ptr);
-    if (!p) return -1;
-    *addr = kjit_as_u64(p);
-    Py_DECREF(p);
-    return *addr == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 1;
-}
-
-/* Write one argument of `kind` to dst: 1 when written, 0 where the Python path must handle it
- * (anything unusual, every error: its message names the parameter), -1 with an exception set.
- * `seen`: the foreign arrays' frameworks. */
-static inline int put_arg(int kind, PyObject* token, PyObject* v, char* dst,
-                          PyTypeObject* array_type, int* seen, int grad_ok) {
-    if (kind >= K_I8 && kind <= K_U64) return put_int(dst, kind, v);
-    if (kind == K_F32 || kind == K_F64) {
-        if (!PyFloat_CheckExact(v)) return 0;
-        double d = PyFloat_AS_DOUBLE(v);
-        if (kind == K_F64) { memcpy(dst, &d, 8); return 1; }
-        float f = (float)d;
-        if (isinf(f) && !isinf(d)) return 0;   /* overflow: Python says so */
-        memcpy(dst, &f, 4);
-        return 1;
-    }
-    if (kind != K_ARRAY && (kind != K_ARRAY_BITS || !PyTuple_Check(token) || PyTuple_GET_SIZE(token) != 2))
-        return 0;   /* an unknown kind or token: the Python path */
-    unsigned long long addr;
-    if (Py_TYPE(v) != array_type) {
-        int framework = kjit_foreign_array(v, kind == K_ARRAY ? token : PyTuple_GET_ITEM(token, 0),
-                                           &addr, grad_ok);
-        if (!framework && kind == K_ARRAY_BITS)   /* an array of the element type's bits */
-            framework = kjit_foreign_array(v, PyTuple_GET_ITEM(token, 1), &addr, grad_ok);
-        if (!framework) return 0;
-        *seen |= 1 << framework;
-    } else {   /* a kjit array: its interned launch key is the token (or the bits' token) */
-        int got = array_address(v, kind == K_ARRAY ? token : PyTuple_GET_ITEM(token, 0),
-                                kind == K_ARRAY ? NULL : PyTuple_GET_ITEM(token, 1), &addr);
-        if (got <= 0) return got;
-    }
-    memcpy(dst, &addr, 8);
-    return 1;
-}
-
-/* pack(spec, tokens, args, buffer_address, array_type) -> 0 when every argument but those
- * of kind K_PYTHON was written, -1 for a wrong count, else 1 + the index of the first argument the Python
- * path must handle. spec: bytes of (int32 kind, int32 offset) per parameter; tokens: for
- * arrays, the interned (typestr, device) token a matching array carries. */
-static PyObject* pack(PyObject* self, PyObject* const* a, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyBytes_Check(a[0]) || !PyTuple_Check(a[1]) || !PyTuple_Check(a[2])) {
-        PyErr_SetString(PyExc_TypeError, "pack(spec: bytes, tokens: tuple, args: tuple, buffer, array_type)");
-        return NULL;
-    }
-    Py_ssize_t n = PyBytes_GET_SIZE(a[0]) / 8;
-    if (PyTuple_GET_SIZE(a[1]) < n) {
-        PyErr_SetString(PyExc_ValueError, "pack: a token per parameter");
-        return NULL;
-    }
-    if (PyTuple_GET_SIZE(a[2]) != n) return PyLong_FromLong(-1);
-    char* buf = (char*)PyLong_AsVoidPtr(a[3]);
-    if (!buf && PyErr_Occurred()) return NULL;
-    const char* spec = PyBytes_AS_STRING(a[0]);
-    int seen = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int32_t kind, offset;
-        memcpy(&kind, spec + 8 * i, 4);
-        memcpy(&offset, spec + 8 * i + 4, 4);
-        if (kind == K_PYTHON) continue;   /* the caller converts it */
-        int r = put_arg(kind, PyTuple_GET_ITEM(a[1], i), PyTuple_GET_ITEM(a[2], i), buf + offset,
-                        (PyTypeObject*)a[4], &seen, 0);
-        if (r < 0) return NULL;
-        if (r == 0) return PyLong_FromSsize_t(i + 1);
-    }
-    return PyLong_FromLong(0);
-}
 
 /* Launcher: one kernel launch configuration as a callable, `k[grid, block]`. Its call packs
  * and launches in C; anything else (another thread, an argument the C packer declines, a
@@ -291,8 +115,25 @@ typedef struct {
     /* then: the held objects, the slots, the buffer, the kernelParams array */
 } Launcher;
 
-#define likely(x) __builtin_expect(!!(x), 1)
-#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* the Python launcher takes this launch (it raises kjit's errors, routes other devices...) */
+static OFF_PATH PyObject* hand_over(Launcher* L, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
+}
+
+/* Argument i (v), which is not the object held for it, written by kjit_put_arg: 0 when written,
+ * 1 + i where the Python path must handle it, -2 with an exception set. */
+static OFF_PATH Py_ssize_t pack_one(Launcher* L, Py_ssize_t i, PyObject* v, int* seen) {
+    const Slot* s = &L->slots[i];
+    int r = kjit_put_arg(s->kind, s->token, v, L->buf + s->offset, L->array_type, seen,
+                         L->flags & L_GRAD_OK);
+    if (r <= 0) {
+        Py_CLEAR(L->held[i]);
+        return r < 0 ? -2 : i + 1;
+    }
+    if (s->kind < K_ARRAY) Py_XSETREF(L->held[i], Py_NewRef(v));   /* arrays: never held */
+    return 0;
+}
 
 /* 0: every argument written; 1 + the index of the first the Python path must handle; -2 with
  * an exception set */
@@ -302,13 +143,13 @@ static inline Py_ssize_t launcher_pack(Launcher* L, PyObject* const* args, int* 
         PyObject* v = args[i];
         if (v == held[i]) continue;   /* the very int or float written last: already in place */
         const Slot* s = &L->slots[i];
-        int r = put_arg(s->kind, s->token, v, L->buf + s->offset, L->array_type, seen,
-                        L->flags & L_GRAD_OK);
-        if (unlikely(r <= 0)) {
-            Py_CLEAR(held[i]);
-            return r < 0 ? -2 : i + 1;
+        unsigned long long addr;
+        if (s->kind == K_ARRAY && kjit_array_as_last(v, s->token, &addr)) {
+            memcpy(L->buf + s->offset, &addr, 8);
+            continue;
         }
-        if (s->kind < K_ARRAY) Py_XSETREF(held[i], Py_NewRef(v));   /* arrays: never held */
+        Py_ssize_t r = pack_one(L, i, v, seen);
+        if (unlikely(r)) return r;
     }
     return 0;
 }
@@ -323,12 +164,62 @@ static inline int launch_now(Launcher* L, void* stream) {
 enum { HAND_OVER = -1 };
 
 /* the same with the kernel's context pushed for the call; HAND_OVER where it cannot be */
-static inline int launch_pushed(Launcher* L, void* ctx, void* stream) {
+static OFF_PATH int launch_pushed(Launcher* L, void* ctx, void* stream) {
     if (kjit_cu.ctx_push(ctx) != 0) return HAND_OVER;
     int err = launch_now(L, stream);
     void* popped = NULL;
     kjit_cu.ctx_pop(&popped);
     return err;
+}
+
+/* whether the thread whose state is `me` owns L: a thread state lives as long as its thread,
+ * so once the owner has launched here its state stands for it (the first comparison) */
+static OFF_PATH int owned_by(Launcher* L, PyThreadState* me) {
+    if ((unsigned long)pthread_self() != L->owner) return 0;
+    L->owner_state = me;
+    return 1;
+}
+
+/* L->ask is set: 0 with *elsewhere set to whether another context is current (L->ask cleared
+ * once its own is), -1 where the launch goes to the Python path */
+static OFF_PATH int ask_current(Launcher* L, void* ctx, int* elsewhere) {
+    void* current = NULL;
+    if (kjit_cu.ctx_current(&current) != 0) return -1;
+    *elsewhere = current != ctx;
+    if (!*elsewhere) L->ask = 0;
+    else if (!(L->flags & L_HAS_ARRAYS)) return -1;
+    return 0;
+}
+
+/* the stream of a launch given none whose arrays are a framework's: 0 declines */
+static OFF_PATH int framework_stream(Launcher* L, int seen, void** stream) {
+    return kjit_framework_stream(seen, L->device, stream);
+}
+
+/* Note L's kernel as the one an asynchronous error is blamed on (where it is not already): the
+ * list is kjit's and one item long, but a list can be emptied from Python. -1 with an exception. */
+static OFF_PATH int note_name(Launcher* L) {
+    if (PyList_GET_SIZE(L->last) < 1) return PyList_Append(L->last, L->name);
+    Py_INCREF(L->name);
+    return PyList_SetItem(L->last, 0, L->name);
+}
+
+/* The driver refused the launch (err) with no context pushed: which context is current? Another
+ * one: ask first from now on, and launch again with the kernel's context pushed where its
+ * arrays tie the launch to this device, else hand it over. Runs with the GIL possibly released:
+ * no Python here. */
+static OFF_PATH int after_refusal(Launcher* L, int err, void* ctx, void* stream) {
+    void* current = NULL;
+    if (kjit_cu.ctx_current(&current) != 0) current = NULL;
+    if (current == ctx) return err;
+    L->ask = 1;   /* only this thread (the owner) reads or writes it */
+    return (L->flags & L_HAS_ARRAYS) ? launch_pushed(L, ctx, stream) : HAND_OVER;
+}
+
+/* the launch failed (err): the Python path takes it, or on_error raises its error */
+static OFF_PATH PyObject* failed(Launcher* L, int err, PyObject* const* args, size_t nargsf, void* stream) {
+    if (err == HAND_OVER) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
+    return PyObject_CallFunction(L->on_error, "iK", err, (unsigned long long)(uintptr_t)stream);
 }
 
 /* The launch itself. The kernel's context need not be asked for first: the driver refuses a
@@ -342,15 +233,8 @@ static inline int launch_pushed(Launcher* L, void* ctx, void* stream) {
  * live on this kernel's device, runs here with its context pushed for the call, as a PyTorch
  * operator runs on its tensors' device; any other goes to the Python path, which routes it to
  * the current context's twin of this kernel. */
-/* whether the thread whose state is `me` owns L: a thread state lives as long as its thread,
- * so once the owner has launched here its state stands for it (the first comparison) */
-static int owned_by(Launcher* L, PyThreadState* me) {
-    if ((unsigned long)pthread_self() != L->owner) return 0;
-    L->owner_state = me;
-    return 1;
-}
-
-static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+static inline __attribute__((always_inline)) PyObject* launcher_call(PyObject* op, PyObject* const* args,
+                                                                     size_t nargsf, PyObject* kwnames) {
     KJIT_MARK(0);
     Launcher* L = (Launcher*)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -359,16 +243,10 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
      * path, which packs into the kernel's buffer, not into the one this launch is filling */
     if (unlikely(kwnames || (me != L->owner_state && !owned_by(L, me)) || nargs != L->nargs ||
                  !L->launch || L->packing || *L->ctx == NO_CONTEXT))
-        return PyObject_Vectorcall(L->fallback, args, nargsf, kwnames);
+        return hand_over(L, args, nargsf, kwnames);
     void* ctx = (void*)(uintptr_t)*L->ctx;
     int elsewhere = 0;
-    if (unlikely(L->ask)) {
-        void* current = NULL;
-        if (kjit_cu.ctx_current(&current) != 0) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
-        elsewhere = current != ctx;
-        if (!elsewhere) L->ask = 0;
-        else if (!(L->flags & L_HAS_ARRAYS)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
-    }
+    if (unlikely(L->ask) && ask_current(L, ctx, &elsewhere) < 0) return hand_over(L, args, nargsf, NULL);
     KJIT_MARK(1);
     int seen = 0;
     L->packing = 1;
@@ -377,35 +255,22 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
     void* stream = L->stream;
     int declined = r != 0;
     if ((L->flags & L_AUTO_STREAM) && !declined) {
-        if (!seen) stream = own_stream(me);
-        else declined = !kjit_framework_stream(seen, L->device, &stream);
+        if (likely(!seen)) stream = own_stream(me);
+        else declined = !framework_stream(L, seen, &stream);
     }
     L->packing = 0;
     if (unlikely(r == -2)) return NULL;
-    if (unlikely(declined)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
-    /* the kernel an async error is blamed on; the list is kjit's and one item long, but a
-     * list can be emptied from Python */
-    if (unlikely(PyList_GET_SIZE(L->last) < 1)) {
-        if (PyList_Append(L->last, L->name) < 0) return NULL;
-    } else if (PyList_GET_ITEM(L->last, 0) != L->name) {
-        Py_INCREF(L->name);
-        if (PyList_SetItem(L->last, 0, L->name) < 0) return NULL;
-    }
+    if (unlikely(declined)) return hand_over(L, args, nargsf, NULL);
+    if (unlikely(PyList_GET_SIZE(L->last) < 1 || PyList_GET_ITEM(L->last, 0) != L->name) &&
+            note_name(L) < 0)
+        return NULL;
     PyThreadState* ts = kjit_gil_release_for(me);   /* only where another thread can run */
     KJIT_MARK(3);
-    int err = elsewhere ? launch_pushed(L, ctx, stream) : launch_now(L, stream);
+    int err = unlikely(elsewhere) ? launch_pushed(L, ctx, stream) : launch_now(L, stream);
     KJIT_MARK(4);
-    if (unlikely(err) && !elsewhere) {   /* refused: which context is current? */
-        void* current = NULL;
-        if (kjit_cu.ctx_current(&current) != 0) current = NULL;
-        if (current != ctx) {
-            L->ask = 1;   /* only this thread (the owner) reads or writes it */
-            err = (L->flags & L_HAS_ARRAYS) ? launch_pushed(L, ctx, stream) : HAND_OVER;
-        }
-    }
-    if (ts) PyEval_RestoreThread(ts);
-    if (unlikely(err == HAND_OVER)) return PyObject_Vectorcall(L->fallback, args, nargsf, NULL);
-    if (unlikely(err)) return PyObject_CallFunction(L->on_error, "iK", err, (unsigned long long)(uintptr_t)stream);
+    if (unlikely(err) && !elsewhere) err = after_refusal(L, err, ctx, stream);
+    if (unlikely(ts != NULL)) PyEval_RestoreThread(ts);
+    if (unlikely(err)) return failed(L, err, args, nargsf, stream);
     KJIT_MARK(5);
     Py_RETURN_NONE;
 }
@@ -414,7 +279,11 @@ static PyObject* launcher_call(PyObject* op, PyObject* const* args, size_t nargs
  * specializes for a builtin function taking a vector of arguments, not for an instance of
  * another callable type, which costs a launch 1-2% more (benchmarks/launch.py's bound row). */
 static PyObject* launcher_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    return launcher_call(self, args, (size_t)nargs, kwnames);
+    return launcher_call(self, args, (size_t)nargs, kwnames);   /* inline: one function's lines */
+}
+/* the Launcher called itself */
+static PyObject* launcher_vectorcall(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    return launcher_fast(op, args, PyVectorcall_NARGS(nargsf), kwnames);
 }
 static PyMethodDef launcher_call_def = {"launch", (PyCFunction)(void (*)(void))launcher_fast,
                                         METH_FASTCALL | METH_KEYWORDS, "launch(*args): the kernel's launch"};
@@ -548,7 +417,7 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
     L->slots = (Slot*)(base + slots_at + skew);
     L->buf = base + buf_at + skew;
     memset(L->buf, 0, buf_size);
-    L->vectorcall = launcher_call;
+    L->vectorcall = launcher_vectorcall;
     L->nargs = n;
     for (Py_ssize_t i = 0; i < n; i++) {
         memcpy(&L->slots[i].kind, PyBytes_AS_STRING(a[2]) + 8 * i, 4);
@@ -590,7 +459,7 @@ static PyObject* make_launcher(PyObject* self, PyObject* const* a, Py_ssize_t na
 }
 
 static PyMethodDef methods[] = {
-    {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, "pack(spec, tokens, args, buffer, array_type) -> int"},
+    {"pack", (PyCFunction)(void (*)(void))kjit_pack, METH_FASTCALL, "pack(spec, tokens, args, buffer, array_type) -> int"},
     {"register_foreign", (PyCFunction)(void (*)(void))kjit_register_foreign, METH_FASTCALL,
      "register_foreign(type, kind, dtype, typestr[, code, itemsize]): arrays of `type` with `dtype` are packed in C"},
     {"register_torch_shim", (PyCFunction)(void (*)(void))kjit_register_torch_shim, METH_FASTCALL,
@@ -638,10 +507,8 @@ static int add_constants(PyObject* m) {
 }
 
 PyMODINIT_FUNC PyInit__launch(void) {
-    s_launch_key = PyUnicode_InternFromString("launch_key");
-    s_ptr = PyUnicode_InternFromString("ptr");
     s_module = PyUnicode_InternFromString("kjit.runtime._launch");
-    if (!s_launch_key || !s_ptr || !s_module) return NULL;
+    if (!s_module || kjit_args_init() < 0) return NULL;
     if (PyType_Ready(&LauncherType) < 0) return NULL;
     PyObject* m = PyModule_Create(&module);
     if (!m) return NULL;

@@ -1,3 +1,4 @@
+#include "_path.h"
 #include "_tables.h"
 #include <stddef.h>
 
@@ -60,16 +61,13 @@ static int same_items(PyObject* a, PyObject* b) {
     return 1;
 }
 
-/* The lookups run Python (the config's __hash__ and __eq__, a stream object's among them),
- * which may replace or empty the table, or drop the Kernel it held: each object a lookup
- * goes on using is held across it. */
-static PyObject* kernel_subscript(PyObject* self, PyObject* config) {
+/* k[config] where the memo does not answer: the table, else Kernel._configure. The lookups
+ * run Python (the config's __hash__ and __eq__, a stream object's among them), which may
+ * replace or empty the table, or drop the Kernel it held: each object a lookup goes on using
+ * is held across it. */
+static OFF_PATH PyObject* kernel_lookup(PyObject* self, PyObject* config, int memo) {
     TableBase* tb = (TableBase*)self;
-    /* the very config answered last (a constant tuple in a loop): only a memo config is kept */
-    if (config == tb->last_config && tb->last_hit) return Py_NewRef(tb->last_hit);
     PyObject* table = tb->table;
-    int memo = memo_config(config);
-    if (memo && tb->last_hit && same_items(tb->last_config, config)) return Py_NewRef(tb->last_hit);
     if (table && PyDict_CheckExact(table)) {
         Py_INCREF(table);
         PyObject* hit = Py_XNewRef(PyDict_GetItemWithError(table, config));
@@ -88,35 +86,52 @@ static PyObject* kernel_subscript(PyObject* self, PyObject* config) {
     return PyObject_CallMethodOneArg(self, s_configure, config);
 }
 
-static PyObject* function_subscript(PyObject* self, PyObject* config) {
+static PyObject* kernel_subscript(PyObject* self, PyObject* config) {
     TableBase* tb = (TableBase*)self;
-    PyObject* table = tb->table;
-    void* ctx = NULL;
-    if (table && PyDict_CheckExact(table) && ctx_current && ctx_current(&ctx) == 0 && ctx) {
-        PyObject* kernel = NULL;
-        if (tb->last_hit && ctx == tb->last_context) {   /* the table's answer for this context */
-            kernel = Py_NewRef(tb->last_hit);
-        } else {
-            PyObject* key = PyLong_FromVoidPtr(ctx);
-            if (!key) return NULL;
-            kernel = Py_XNewRef(PyDict_GetItemWithError(table, key));   /* an int's hash runs no Python */
-            Py_DECREF(key);
-            if (kernel) {
-                Py_XSETREF(tb->last_hit, Py_NewRef(kernel));
-                tb->last_context = ctx;
-            }
-        }
-        /* the Kernel's own C lookup: its class may have a Python __getitem__ for
-         * torch.compile's sake (kjit/runtime/torch_compile.py), which a launch need not pay */
+    /* the very config answered last (a constant tuple in a loop): only a memo config is kept */
+    if (likely(config == tb->last_config && tb->last_hit)) return Py_NewRef(tb->last_hit);
+    int memo = memo_config(config);
+    if (memo && tb->last_hit && same_items(tb->last_config, config)) return Py_NewRef(tb->last_hit);
+    return kernel_lookup(self, config, memo);
+}
+
+/* f[config] with `kernel` the table's answer for the current context: the Kernel's own C
+ * lookup (its class may have a Python __getitem__ for torch.compile's sake,
+ * kjit/runtime/torch_compile.py, which a launch need not pay). Consumes `kernel`. */
+static inline PyObject* kernel_config(PyObject* kernel, PyObject* config) {
+    PyObject* r = likely(PyObject_TypeCheck(kernel, &KernelBaseType)) ? kernel_subscript(kernel, config)
+                                                                    : PyObject_GetItem(kernel, config);
+    Py_DECREF(kernel);
+    return r;
+}
+
+/* f[config] where the last answer is not the current context's: the table, else
+ * KernelFunction._getitem_slow (no context yet, a destroyed one, first use) */
+static OFF_PATH PyObject* function_lookup(PyObject* self, PyObject* config, void* ctx) {
+    TableBase* tb = (TableBase*)self;
+    if (ctx) {
+        PyObject* key = PyLong_FromVoidPtr(ctx);
+        if (!key) return NULL;
+        PyObject* kernel = Py_XNewRef(PyDict_GetItemWithError(tb->table, key));   /* an int's hash runs no Python */
+        Py_DECREF(key);
         if (kernel) {
-            PyObject* r = PyObject_TypeCheck(kernel, &KernelBaseType) ? kernel_subscript(kernel, config)
-                                                                      : PyObject_GetItem(kernel, config);
-            Py_DECREF(kernel);
-            return r;
+            Py_XSETREF(tb->last_hit, Py_NewRef(kernel));
+            tb->last_context = ctx;
+            return kernel_config(kernel, config);
         }
         if (PyErr_Occurred()) return NULL;
     }
     return PyObject_CallMethodOneArg(self, s_getitem_slow, config);
+}
+
+static PyObject* function_subscript(PyObject* self, PyObject* config) {
+    TableBase* tb = (TableBase*)self;
+    PyObject* table = tb->table;
+    void* ctx = NULL;
+    if (!(table && PyDict_CheckExact(table) && ctx_current && ctx_current(&ctx) == 0)) ctx = NULL;
+    if (likely(ctx && tb->last_hit && ctx == tb->last_context))   /* the table's answer for this context */
+        return kernel_config(Py_NewRef(tb->last_hit), config);
+    return function_lookup(self, config, ctx);
 }
 
 static PyObject* get_configs(PyObject* self, void* closure) {
