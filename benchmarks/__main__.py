@@ -10,6 +10,7 @@ import datetime
 import json
 import platform
 import sys
+from pathlib import Path
 
 TARGET_FRESH_RATIO = 1.05
 # The launch rows held to a target (ratio to C's loop on the same stream, median of rounds, at
@@ -214,7 +215,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="headers: the toolkit-header kernel's compile figures only (no GPU needed)")
     p.add_argument("--json", help="write the results as JSON here")
     p.add_argument("--plot", help="write the launch-cost plot (PNG) here")
+    p.add_argument("--pool", nargs="+", metavar="JSON",
+                   help="launch: instead of running, pool the rounds of these runs' JSON files")
     args = p.parse_args(argv)
+    if args.pool:
+        if args.which != "launch":
+            p.error("--pool goes with launch only")
+        return _pool(args)
     results: dict = {"machine": machine()}
     sections = {"launch": "launch", "compile": "compile_cache", "build": "build",
                 "multigpu": "multigpu", "throughput": "throughput", "tune": "tune", "torch": "torch_ops",
@@ -241,6 +248,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2, default=str)
+    if args.plot:
+        plot(results, args.plot)
+    print(table(results))
+    return 0
+
+
+def _pool(args: argparse.Namespace) -> int:
+    """`launch --pool a.json b.json ...`: the launch table from several runs' rounds together."""
+    from benchmarks.launch import pooled
+    data, rounds = pooled(args.pool)
+    first = json.loads(Path(args.pool[0]).read_text())
+    results = {"machine": dict(first["machine"], pooled=args.pool), "launch_rounds": rounds,
+               "launch": {k: ({int(n): v for n, v in row.items()} if isinstance(row, dict) else row)
+                          for k, row in data.items()}}
+    results["targets"] = targets(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
     if args.plot:
         plot(results, args.plot)
     print(table(results))

@@ -452,6 +452,30 @@ def _alone(t: Toolkit, n: int) -> float:
     return statistics.median(samples)
 
 
+def pooled(files: list[str]) -> tuple[dict, dict]:
+    """The launch section from the rounds of several runs of the same code (their JSON files'
+    `launch_rounds`) taken together, as run() computes it from one run's: a median over more
+    rounds moves less from run to run, and hosts differ."""
+    runs = [json.loads(Path(f).read_text()) for f in files]
+    rounds: dict[str, dict[str, list]] = {}
+    for r in runs:
+        for name, by_n in r["launch_rounds"].items():
+            for n, pairs in by_n.items():
+                rounds.setdefault(name, {}).setdefault(n, []).extend(pairs)
+    first = runs[0]["launch"]
+    streamed = {name for name, row in first.items()
+                if isinstance(row, dict) and any("c_stream_us" in v for v in row.values())}
+    results: dict = {name: row for name, row in first.items() if isinstance(row, str)}
+    floor = "C cuLaunchKernel"
+    results[floor] = {n: {"us": round(statistics.median(c for name, rows in rounds.items() if name not in streamed
+                                                         for _, c in rows[n]), 3),
+                          "ratio": 1.0, "min": 1.0, "max": 1.0} for n in rounds[next(iter(rounds))]}
+    for name, rows in rounds.items():
+        results[name] = {n: _row([u for u, _ in pairs], [c for _, c in pairs], name in streamed)
+                         for n, pairs in rows.items()}
+    return {k: results[k] for k in ORDER if k in results}, rounds
+
+
 def run() -> tuple[dict, dict]:
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
