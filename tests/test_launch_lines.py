@@ -11,6 +11,19 @@ if not shutil.which("valgrind"):
     pytest.skip("valgrind is not installed", allow_module_level=True)
 
 
+def _cuda_h() -> bool:
+    from pathlib import Path
+
+    from kjit.compiler import toolkit_headers
+    cudart = toolkit_headers.located().get("cudart")
+    return bool(cudart) and (Path(cudart) / "cuda.h").is_file()
+
+
+if not _cuda_h():
+    pytest.skip("cuda.h is not beside the CUDA runtime headers (Python's floor is built against it)",
+                allow_module_level=True)
+
+
 def test_the_launchers_path_is_counted_beside_pythons_floor(monkeypatch):
     from benchmarks import launch_lines
     monkeypatch.setattr(launch_lines, "ARGS", (1, 16))
