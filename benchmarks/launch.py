@@ -465,15 +465,24 @@ def pooled(files: list[str]) -> tuple[dict, dict]:
     first = runs[0]["launch"]
     streamed = {name for name, row in first.items()
                 if isinstance(row, dict) and any("c_stream_us" in v for v in row.values())}
-    results: dict = {name: row for name, row in first.items() if isinstance(row, str)}
-    floor = "C cuLaunchKernel"
-    results[floor] = {n: {"us": round(statistics.median(c for name, rows in rounds.items() if name not in streamed
-                                                         for _, c in rows[n]), 3),
-                          "ratio": 1.0, "min": 1.0, "max": 1.0} for n in rounds[next(iter(rounds))]}
+    results = {name: row for name, row in first.items() if isinstance(row, str)}
+    return _tabulate(rounds, streamed, results), rounds
+
+
+def _tabulate(rounds: dict, streamed: set, results: dict) -> dict:
+    """The table's rows from each toolkit's rounds ((its µs, C's µs beside it) per argument
+    count), added to `results` (the rows that have no rounds), in the table's order. C's own
+    row comes from the rounds beside toolkits on the legacy stream; a row on a stream of its
+    own keeps C's figure on that stream."""
+    counts = next(iter(rounds.values())).keys()
+    results[CInProcess.name] = {
+        n: {"us": round(statistics.median(c for name, rows in rounds.items() if name not in streamed
+                                          for _, c in rows[n]), 3), "ratio": 1.0, "min": 1.0, "max": 1.0}
+        for n in counts}
     for name, rows in rounds.items():
         results[name] = {n: _row([u for u, _ in pairs], [c for _, c in pairs], name in streamed)
                          for n, pairs in rows.items()}
-    return {k: results[k] for k in ORDER if k in results}, rounds
+    return {k: results[k] for k in ORDER if k in results}
 
 
 def run() -> tuple[dict, dict]:
@@ -520,14 +529,7 @@ def run() -> tuple[dict, dict]:
         for t in ready:
             for n in NARGS:
                 t.check(n)   # every figure came from launches that did their work
-        streamed = {t.name for t in others if t.c_stream is not None}
-        floors = {n: [c for name, rows in rounds.items() if name not in streamed for _, c in rows[n]]
-                  for n in NARGS}
-        results[floor.name] = {n: {"us": round(statistics.median(floors[n]), 3), "ratio": 1.0,
-                                   "min": 1.0, "max": 1.0} for n in NARGS}
-        for name, rows in rounds.items():
-            results[name] = {n: _row([u for u, _ in rows[n]], [c for _, c in rows[n]], name in streamed)
-                             for n in NARGS}
+        table = _tabulate(rounds, {t.name for t in others if t.c_stream is not None}, results)
     raw = {name: {n: [[round(u, 3), round(c, 3)] for u, c in v] for n, v in rows.items()}
            for name, rows in rounds.items()}
-    return {k: results[k] for k in ORDER if k in results}, raw
+    return table, raw

@@ -37,6 +37,11 @@ def _null_driver(workdir: Path) -> Path:
     return workdir
 
 
+def _floor_so(workdir: Path) -> Path:
+    """Where Python's floor extension is built."""
+    return workdir / ("py_floor" + sysconfig.get_config_var("EXT_SUFFIX"))
+
+
 def _floor_extension(workdir: Path) -> Path:
     """benchmarks/c/py_floor.c built against the do-nothing libcuda and the toolkit's cuda.h."""
     from kjit.compiler import toolkit_headers
@@ -45,7 +50,7 @@ def _floor_extension(workdir: Path) -> Path:
         raise SystemExit("cuda.h was not found beside the CUDA runtime headers: install kjit's "
                          "CUDA extra (pip install 'kjit[cu13]')")
     cc = (sysconfig.get_config_var("CC") or "cc").split()
-    so = workdir / ("py_floor" + sysconfig.get_config_var("EXT_SUFFIX"))
+    so = _floor_so(workdir)
     subprocess.run([*cc, "-O2", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
                     f"-I{cudart}", "-o", str(so), str(HERE / "c" / "py_floor.c"),
                     str(workdir / "libcuda.so.1")], check=True, capture_output=True)
@@ -79,10 +84,6 @@ def _child(what: str, nargs: int, workdir: Path, launches: int) -> None:
                             [""], "k", 1, 0, 1, 1, 1, 32, 1, 1, 0, threading.get_ident(), cell,
                             ext.L_AUTO_STREAM | ext.L_HAS_ARRAYS, 0, 8 * nargs)
     Loop("L({args})", [array, *launch_args(nargs)], L=launcher)(launches)
-
-
-def _floor_so(workdir: Path) -> Path:
-    return workdir / ("py_floor" + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
 def per_launch(out: Path, module: str) -> tuple[float, int, int]:

@@ -23,13 +23,16 @@ def saxpy():
     return SAXPY
 
 
+SCALE = r"""
+extern "C" __global__ void scale(float* x, float f, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= f;
+}"""
+
+
 @kjit.kernel
 def scale():
-    return r'''
-    extern "C" __global__ void scale(float* x, float f, int n) {
-        int i = blockIdx.x * blockDim.x + threadIdx.x;
-        if (i < n) x[i] *= f;
-    }'''
+    return SCALE
 
 
 def floats() -> np.ndarray:
@@ -165,13 +168,6 @@ def test_torch_and_cupy_work_inside_a_kjit_graph():
     g2.launch()
     g2.synchronize()
     np.testing.assert_array_equal(cp.asnumpy(b), cp.asnumpy(a))
-
-
-SCALE = r"""
-extern "C" __global__ void scale(float* x, float f, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] *= f;
-}"""
 
 
 def test_a_capture_takes_only_its_own_threads_launches(monkeypatch):
